@@ -1,0 +1,42 @@
+# The two set-up commands the README documents:
+#   make demo   install, then run the example TrainJob on this machine
+#   make test   install, then lint, type-check and run the whole test suite
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+
+.PHONY: demo test install install-test lint typecheck pytest clean
+
+$(VENV)/.installed-demo: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[runtime,torch,gcs]'
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[runtime,torch,jax,gcs,test,bench]'
+	touch $@ $(VENV)/.installed-demo
+
+install: $(VENV)/.installed-demo
+install-test: $(VENV)/.installed-test
+
+demo: install
+	$(PY) examples/torch_quickstart.py
+
+lint: install-test
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: install-test
+	$(VENV)/bin/mypy
+
+pytest: install-test
+	$(PY) -m pytest
+
+test: lint typecheck pytest
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,119 @@
+"""trainer_runtime: Ray Train V2's user API on Ray core, with async checkpoints and validation.
+
+Switch from Ray Train by changing imports::
+
+    from trainer_runtime import Checkpoint, RunConfig, ScalingConfig, report, get_checkpoint
+    from trainer_runtime.torch import TorchTrainer, prepare_model
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from trainer_runtime._session import get_session
+from trainer_runtime.callbacks import Callback
+from trainer_runtime.checkpoint import Checkpoint, CheckpointUploadMode
+from trainer_runtime.checkpoint_manager import CheckpointRecord, CheckpointStatus
+from trainer_runtime.config import (
+    CheckpointConfig,
+    FailureConfig,
+    RunConfig,
+    ScalingConfig,
+    ValidationConfig,
+)
+from trainer_runtime.context import StorageInfo, TrainContext
+from trainer_runtime.errors import (
+    CheckpointUploadError,
+    ReportError,
+    TrainingFailedError,
+    UserConfigError,
+)
+from trainer_runtime.result import Result
+from trainer_runtime.trainer import DataParallelTrainer
+
+__version__ = "0.1.0"
+
+
+def report(
+    metrics: dict[str, Any],
+    checkpoint: Checkpoint | None = None,
+    checkpoint_dir_name: str | None = None,
+    checkpoint_upload_mode: CheckpointUploadMode | str = CheckpointUploadMode.SYNC,
+    delete_local_checkpoint_after_upload: bool | None = None,
+    validate_fn: Callable[[Checkpoint, dict[str, Any]], dict[str, Any]] | None = None,
+    validate_config: dict[str, Any] | None = None,
+) -> None:
+    """Report metrics (and optionally a checkpoint) from every worker.
+
+    Every rank calls ``report`` the same number of times; rank 0's metrics are
+    recorded. Non-None checkpoints of one call are one logical checkpoint: each
+    rank's files go into the same folder ``checkpoint_dir_name`` (default
+    ``checkpoint_<round>``) in the run's storage.
+
+    * ``SYNC`` uploads before returning; ``ASYNC`` returns after handing the
+      folder to a background uploader (bounded queue: it blocks only when
+      uploads fall behind); ``NO_UPLOAD`` registers a checkpoint already in storage.
+    * ``delete_local_checkpoint_after_upload`` defaults to True for ASYNC.
+    * An earlier failed ASYNC upload is raised here.
+    * ``validate_fn(checkpoint, validate_config) -> dict`` runs once the
+      checkpoint is committed, as a Ray task on the validation pool; its
+      metrics are merged into the checkpoint's.
+    """
+    get_session("report").report(
+        metrics,
+        checkpoint=checkpoint,
+        checkpoint_dir_name=checkpoint_dir_name,
+        checkpoint_upload_mode=checkpoint_upload_mode,
+        delete_local_checkpoint_after_upload=delete_local_checkpoint_after_upload,
+        validate_fn=validate_fn,
+        validate_config=validate_config,
+    )
+
+
+def get_checkpoint() -> Checkpoint | None:
+    """The latest committed checkpoint when this worker group started (None on a fresh run)."""
+    return get_session("get_checkpoint").latest_checkpoint
+
+
+def get_context() -> TrainContext:
+    """Ranks, world size, experiment name and storage of the calling worker."""
+    return get_session("get_context").context
+
+
+def __getattr__(name: str) -> Any:
+    # ``trainer_runtime.TorchTrainer`` / ``JaxTrainer`` without importing torch/jax eagerly.
+    if name == "TorchTrainer":
+        from trainer_runtime.torch import TorchTrainer
+
+        return TorchTrainer
+    if name == "JaxTrainer":
+        from trainer_runtime.jax import JaxTrainer
+
+        return JaxTrainer
+    raise AttributeError(f"module 'trainer_runtime' has no attribute {name!r}")
+
+
+__all__ = [
+    "Callback",
+    "Checkpoint",
+    "CheckpointConfig",
+    "CheckpointRecord",
+    "CheckpointStatus",
+    "CheckpointUploadError",
+    "CheckpointUploadMode",
+    "DataParallelTrainer",
+    "FailureConfig",
+    "ReportError",
+    "Result",
+    "RunConfig",
+    "ScalingConfig",
+    "StorageInfo",
+    "TrainContext",
+    "TrainingFailedError",
+    "UserConfigError",
+    "ValidationConfig",
+    "get_checkpoint",
+    "get_context",
+    "report",
+]

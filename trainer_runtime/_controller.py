@@ -1,0 +1,241 @@
+"""The driver-side run loop: start a worker group, consume events, restart on failure.
+
+The same :class:`RunCoordinator` bookkeeping backs the Ray controller here and
+the local / torchrun controllers in ``_local``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from trainer_runtime._coordinator import RunCoordinator
+from trainer_runtime._events import WorkerFinishedEvent
+from trainer_runtime.backend import Backend
+from trainer_runtime.callbacks import call_all
+from trainer_runtime.checkpoint_manager import CheckpointManager
+from trainer_runtime.config import RunConfig, ScalingConfig
+from trainer_runtime.context import TrainContext
+from trainer_runtime.errors import TrainingFailedError, UserConfigError, WorkerGroupError
+from trainer_runtime.result import Result
+from trainer_runtime.storage import get_storage
+
+logger = logging.getLogger("trainer_runtime")
+
+POLL_TIMEOUT_S = 1.0
+
+
+@dataclass
+class RunSpec:
+    """Everything one run needs."""
+
+    train_fn: Callable[..., Any]
+    train_config: dict[str, Any] | None
+    scaling: ScalingConfig
+    run: RunConfig
+    backend: Backend
+
+
+class BaseController:
+    """Restart-until-done logic shared by the Ray and local controllers."""
+
+    def __init__(self, spec: RunSpec) -> None:
+        self.spec = spec
+        run = spec.run
+        assert run.checkpoint_config is not None and run.failure_config is not None
+        self.run_path = run.run_path
+        self.storage = get_storage(self.run_path)
+        self.manager = CheckpointManager(self.run_path, run.checkpoint_config, self.storage)
+        self.coordinator = RunCoordinator(self.manager, self.storage, run.callbacks)
+        self.failures = 0
+        self.attempt = 0
+
+    def result(self, error: BaseException | None = None) -> Result:
+        """The current outcome as a :class:`Result`."""
+        latest = self.manager.latest
+        best = self.manager.best()
+        return Result(
+            metrics=self.coordinator.latest_metrics,
+            checkpoint=latest.checkpoint if latest else None,
+            path=self.run_path,
+            error=error,
+            best_checkpoints=[(r.checkpoint, r.all_metrics) for r in self.manager.ranked()],
+            checkpoints=list(self.manager.records),
+            best_checkpoint=best.checkpoint if best else None,
+            restarts=self.failures,
+        )
+
+    def run(self) -> Result:
+        """Run attempts until one succeeds or FailureConfig is exhausted."""
+        self.manager.restore()
+        latest = self.manager.latest
+        if latest is not None:
+            logger.info("Resuming run %s from checkpoint %s", self.run_path, latest.path)
+        self._before_run()
+        try:
+            while True:
+                try:
+                    self._run_attempt()
+                    self._after_success()
+                    break
+                except UserConfigError as exc:
+                    raise self._fail(exc, will_restart=False) from exc
+                except WorkerGroupError as exc:
+                    self.failures += 1
+                    assert self.spec.run.failure_config is not None
+                    will_restart = self.spec.run.failure_config.allows(self.failures)
+                    call_all(
+                        self.spec.run.callbacks, "on_failure", exc, self.failures, will_restart
+                    )
+                    if not will_restart:
+                        raise self._fail(exc, will_restart=False) from exc
+                    logger.warning(
+                        "Worker group failed (%s); restarting (failure %d of %s) from %s",
+                        str(exc).splitlines()[0],
+                        self.failures,
+                        _limit(self.spec.run.failure_config.max_failures),
+                        self.manager.latest.path if self.manager.latest else "scratch",
+                    )
+                    self._cleanup_partial()
+                    self.attempt += 1
+        finally:
+            self._after_run()
+        result = self.result()
+        call_all(self.spec.run.callbacks, "on_run_end", result, None)
+        return result
+
+    def _fail(self, exc: BaseException, will_restart: bool) -> TrainingFailedError:
+        self._cleanup_partial()
+        max_failures = self.spec.run.failure_config.max_failures  # type: ignore[union-attr]
+        if isinstance(exc, UserConfigError):
+            head = f"Training failed: {exc}"
+        else:
+            head = (
+                f"Training failed after {self.failures} failure(s) "
+                f"(FailureConfig.max_failures={max_failures}): {exc}"
+            )
+        result = self.result(exc)
+        call_all(self.spec.run.callbacks, "on_run_end", None, exc)
+        latest = result.checkpoint
+        if latest is not None:
+            head += f"\nThe latest committed checkpoint is {latest.path}."
+        return TrainingFailedError(head, cause=exc, result=result)
+
+    def _cleanup_partial(self) -> None:
+        for uri in self.coordinator.abandon_attempt():
+            logger.info("Deleting uncommitted checkpoint folder %s", uri)
+            try:
+                self.storage.delete_dir(uri)
+            except Exception as exc:  # noqa: BLE001 - it is never used anyway
+                logger.warning("Could not delete %s: %s", uri, exc)
+
+    # hooks for subclasses
+    def _before_run(self) -> None:
+        pass
+
+    def _after_success(self) -> None:
+        pass
+
+    def _after_run(self) -> None:
+        pass
+
+    def _run_attempt(self) -> None:
+        raise NotImplementedError
+
+
+def _limit(max_failures: int) -> str:
+    return "unlimited" if max_failures == -1 else str(max_failures)
+
+
+def _ensure_ray() -> None:
+    import ray
+
+    if not ray.is_initialized():
+        address = os.environ.get("RAY_ADDRESS")
+        ray.init(address=address or None, log_to_driver=True)
+
+
+class RayController(BaseController):
+    """Runs the workers as Ray actors."""
+
+    def _run_attempt(self) -> None:
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        _ensure_ray()
+        spec = self.spec
+        group = self._make_group()
+        group.start()
+        try:
+            spec.backend.on_start(group, spec.scaling)
+            world = group.world_size
+            offset = self.coordinator.begin_attempt(world)
+            latest = self.manager.latest
+            assert spec.run.name is not None and spec.run.storage_path is not None
+            ray.get(
+                [
+                    w.actor.start.remote(
+                        spec.train_fn,
+                        spec.train_config,
+                        TrainContext(
+                            w.rank,
+                            world,
+                            w.local_rank,
+                            w.local_world_size,
+                            w.node_rank,
+                            spec.run.name,
+                            spec.run.storage_path,
+                            self.attempt,
+                        ),
+                        latest.path if latest else None,
+                        offset,
+                    )
+                    for w in group.workers
+                ]
+            )
+            logger.info(
+                "Started %d workers (attempt %d)%s",
+                world,
+                self.attempt,
+                f", resuming from {latest.path}" if latest else "",
+            )
+            call_all(spec.run.callbacks, "on_run_start", self.run_path, world, self.attempt)
+            by_rank = {w.rank: w for w in group.workers}
+            pending = {w.actor.poll.remote(POLL_TIMEOUT_S): w.rank for w in group.workers}
+            finished: set[int] = set()
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=30.0)
+                for ref in ready:
+                    rank = pending.pop(ref)
+                    try:
+                        events = ray.get(ref)
+                    except (RayActorError, GetTimeoutError) as exc:
+                        w = by_rank[rank]
+                        raise WorkerGroupError(
+                            f"worker rank {rank} (pid {w.pid} on {w.ip}) died: "
+                            f"{str(exc).splitlines()[0]}",
+                            rank=rank,
+                        ) from exc
+                    for event in events:
+                        self.coordinator.handle(event)
+                        if isinstance(event, WorkerFinishedEvent):
+                            finished.add(event.rank)
+                    if rank not in finished:
+                        pending[by_rank[rank].actor.poll.remote(POLL_TIMEOUT_S)] = rank
+            self.coordinator.finish_attempt()
+        finally:
+            try:
+                spec.backend.on_shutdown(group)
+            except Exception as exc:  # noqa: BLE001 - tear-down is best effort
+                logger.debug("backend shutdown failed: %s", exc)
+            group.shutdown()
+            time.sleep(0)  # let Ray process the kills before a restart asks for resources
+
+    def _make_group(self) -> Any:
+        from trainer_runtime.worker_group import WorkerGroup
+
+        return WorkerGroup(self.spec.scaling, env=self.spec.run.worker_env)

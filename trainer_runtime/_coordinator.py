@@ -1,0 +1,229 @@
+"""The controller's bookkeeping: events in, committed checkpoints out.
+
+Transport-independent: the Ray controller, local mode and torchrun mode all
+feed worker events into one :class:`RunCoordinator`. A report round ``r`` is
+complete once every rank's report of ``r`` arrived and every rank that gave a
+checkpoint has stored its files; complete rounds are committed strictly in
+round order, so checkpoints commit in report order even when uploads finish
+out of order.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainer_runtime._events import (
+    Event,
+    ReportEvent,
+    UploadDoneEvent,
+    UploadFailedEvent,
+    WorkerFinishedEvent,
+)
+from trainer_runtime.callbacks import Callback, call_all
+from trainer_runtime.checkpoint import COMMIT_MARKER
+from trainer_runtime.checkpoint_manager import CheckpointManager, CheckpointRecord
+from trainer_runtime.errors import CheckpointUploadError, UserConfigError, WorkerGroupError
+from trainer_runtime.storage import Storage, join_uri
+from trainer_runtime.storage.base import uri_name
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Round:
+    index: int
+    reports: dict[int, ReportEvent] = field(default_factory=dict)
+    uploaded: set[int] = field(default_factory=set)
+
+    @property
+    def checkpoint_uri(self) -> str | None:
+        return next((r.checkpoint_uri for r in self.reports.values() if r.checkpoint_uri), None)
+
+    def complete(self, world_size: int) -> bool:
+        if len(self.reports) < world_size:
+            return False
+        need = {rank for rank, r in self.reports.items() if r.checkpoint_uri}
+        return need <= self.uploaded
+
+
+class ValidationDispatcher:
+    """Interface of what runs ``validate_fn`` after a commit (see ``_validation``)."""
+
+    def submit(self, record: CheckpointRecord, fn: Any, config: dict[str, Any] | None) -> None:
+        """Queue a validation of ``record``."""
+        raise NotImplementedError
+
+
+class RunCoordinator:
+    """Turns worker events into metrics, committed checkpoints and failures."""
+
+    def __init__(
+        self, manager: CheckpointManager, storage: Storage, callbacks: list[Callback] | None = None
+    ) -> None:
+        self.manager = manager
+        self.storage = storage
+        self.callbacks = callbacks or []
+        self.validator: ValidationDispatcher | None = None
+        self.latest_metrics: dict[str, Any] | None = None
+        self.reports_seen = 0
+        self.bytes_uploaded = 0
+        self.world_size = 1
+        self._rounds: dict[int, _Round] = {}
+        self._cursor = 0
+        self._report_counts: dict[int, int] = {}
+        self.lock = threading.RLock()
+
+    # -- attempts -------------------------------------------------------------------------
+    def begin_attempt(self, world_size: int) -> int:
+        """Start tracking a new worker group; returns its first round index."""
+        with self.lock:
+            self.world_size = world_size
+            self._rounds.clear()
+            self._report_counts = {rank: 0 for rank in range(world_size)}
+            self._cursor = self.manager.next_round
+            return self._cursor
+
+    def abandon_attempt(self) -> list[str]:
+        """Forget the failed group's unfinished rounds; returns their checkpoint folders.
+
+        Those folders hold partial uploads that were never committed; the caller
+        deletes them so they cannot be mistaken for checkpoints.
+        """
+        with self.lock:
+            uris = sorted({u for r in self._rounds.values() if (u := r.checkpoint_uri)})
+            for r in self._rounds.values():
+                self.manager.note_round(r.index)
+            self._rounds.clear()
+            committed = {rec.path for rec in self.manager.records}
+            return [u for u in uris if u not in committed]
+
+    def finish_attempt(self) -> None:
+        """Check that every round completed (all ranks reported equally often)."""
+        with self.lock:
+            if self._rounds:
+                counts = ", ".join(f"rank {k}: {v}" for k, v in sorted(self._report_counts.items()))
+                raise UserConfigError(
+                    "every rank must call report() the same number of times, but the counts "
+                    f"differ ({counts}); {len(self._rounds)} report round(s) never completed"
+                )
+
+    # -- events ---------------------------------------------------------------------------
+    def handle(self, event: Event) -> None:
+        """Apply one event. Raises WorkerGroupError / UserConfigError on failures."""
+        with self.lock:
+            if isinstance(event, ReportEvent):
+                self._on_report(event)
+            elif isinstance(event, UploadDoneEvent):
+                self._round(event.round).uploaded.add(event.rank)
+                self.bytes_uploaded += event.bytes
+                self._commit_ready()
+            elif isinstance(event, UploadFailedEvent):
+                raise WorkerGroupError(
+                    f"rank {event.rank} failed to upload checkpoint {event.uri}: {event.error}",
+                    rank=event.rank,
+                ) from CheckpointUploadError(event.error)
+            elif isinstance(event, WorkerFinishedEvent) and event.error is not None:
+                raise WorkerGroupError(
+                    f"the train function failed on rank {event.rank}: {event.error}",
+                    rank=event.rank,
+                    traceback_text=event.traceback,
+                )
+
+    def _round(self, index: int) -> _Round:
+        rnd = self._rounds.get(index)
+        if rnd is None:
+            rnd = self._rounds[index] = _Round(index)
+        return rnd
+
+    def _on_report(self, event: ReportEvent) -> None:
+        rnd = self._round(event.round)
+        if event.rank in rnd.reports:
+            raise WorkerGroupError(f"rank {event.rank} reported round {event.round} twice")
+        other = rnd.checkpoint_uri
+        if event.checkpoint_uri and other and other != event.checkpoint_uri:
+            raise UserConfigError(
+                f"report round {event.round}: ranks reported different checkpoints "
+                f"({other} vs {event.checkpoint_uri} from rank {event.rank}); all ranks of one "
+                "report() round must use the same checkpoint_dir_name (each rank may write its "
+                "own shard files into it)"
+            )
+        if event.checkpoint_uri and any(
+            r.path == event.checkpoint_uri and r.round != event.round for r in self.manager.records
+        ):
+            raise UserConfigError(
+                f"report round {event.round}: checkpoint folder {event.checkpoint_uri} already "
+                "holds a committed checkpoint of an earlier round; pick a new checkpoint_dir_name"
+            )
+        rnd.reports[event.rank] = event
+        self._report_counts[event.rank] = self._report_counts.get(event.rank, 0) + 1
+        if event.rank == 0:
+            self.latest_metrics = event.metrics
+            self.reports_seen += 1
+            call_all(self.callbacks, "on_report", event.round, event.metrics)
+        self._commit_ready()
+
+    def _commit_ready(self) -> None:
+        while True:
+            rnd = self._rounds.get(self._cursor)
+            if rnd is None or not rnd.complete(self.world_size):
+                return
+            del self._rounds[self._cursor]
+            self._cursor += 1
+            self.manager.note_round(rnd.index)
+            if rnd.checkpoint_uri is not None:
+                self._commit(rnd)
+
+    def _commit(self, rnd: _Round) -> None:
+        uri = rnd.checkpoint_uri
+        assert uri is not None
+        rank0 = rnd.reports[0]
+        record = CheckpointRecord(
+            name=uri_name(uri), path=uri, round=rnd.index, metrics=rank0.metrics
+        )
+        validate = next(
+            (
+                (r.validate_fn, r.validate_config)
+                for r in sorted(rnd.reports.values(), key=lambda r: r.rank)
+                if r.validate_fn
+            ),
+            None,
+        )
+        if validate is not None and self.validator is not None:
+            from trainer_runtime.checkpoint_manager import CheckpointStatus
+
+            record.status = CheckpointStatus.PENDING_VALIDATION
+        self.storage.write_bytes(
+            join_uri(uri, COMMIT_MARKER), json.dumps(record.to_json()).encode()
+        )
+        self.manager.register(record)
+        logger.info("Committed checkpoint %s (round %d)", uri, rnd.index)
+        call_all(self.callbacks, "on_checkpoint", record, self.manager.best())
+        if validate is not None:
+            if self.validator is None:
+                raise UserConfigError(
+                    "report(validate_fn=...) was given but this run has no validation dispatcher"
+                )
+            self.validator.submit(record, validate[0], validate[1])
+
+    @property
+    def pending_rounds(self) -> int:
+        """Rounds reported by some rank but not yet complete."""
+        with self.lock:
+            return len(self._rounds)
+
+    def summary(self) -> dict[str, Any]:
+        """A small dict for progress displays."""
+        with self.lock:
+            latest = self.manager.latest
+            return {
+                "reports": self.reports_seen,
+                "metrics": self.latest_metrics,
+                "latest_checkpoint": latest.path if latest else None,
+                "checkpoints": len(self.manager.records),
+                "time": time.time(),
+            }

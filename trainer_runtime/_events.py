@@ -1,0 +1,86 @@
+"""Messages a worker sends to the run's controller, and the buffer that carries them."""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class ReportEvent:
+    """One rank's ``report()`` call of round ``round``."""
+
+    rank: int
+    round: int
+    metrics: dict[str, Any]
+    #: Where this rank's checkpoint files go (None: no checkpoint from this rank).
+    checkpoint_uri: str | None = None
+    upload_mode: str = "sync"
+    validate_fn: Callable[..., Any] | None = None
+    validate_config: dict[str, Any] | None = None
+    time: float = field(default_factory=time.time)
+
+
+@dataclass
+class UploadDoneEvent:
+    """A rank finished storing its files of the checkpoint of ``round``."""
+
+    rank: int
+    round: int
+    uri: str
+    files: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class UploadFailedEvent:
+    """A rank could not store its checkpoint files of ``round``."""
+
+    rank: int
+    round: int
+    uri: str
+    error: str
+
+
+@dataclass
+class WorkerFinishedEvent:
+    """The train function of ``rank`` returned (``error`` None) or raised."""
+
+    rank: int
+    error: str | None = None
+    traceback: str | None = None
+
+
+Event = ReportEvent | UploadDoneEvent | UploadFailedEvent | WorkerFinishedEvent
+
+
+class EventBuffer:
+    """A thread-safe FIFO of events with a blocking, batching ``drain``."""
+
+    def __init__(self) -> None:
+        self._items: collections.deque[Event] = collections.deque()
+        self._cond = threading.Condition()
+
+    def put(self, event: Event) -> None:
+        """Append one event and wake a waiting reader."""
+        with self._cond:
+            self._items.append(event)
+            self._cond.notify_all()
+
+    def drain(self, timeout: float) -> list[Event]:
+        """Every queued event, waiting up to ``timeout`` seconds for the first one."""
+        with self._cond:
+            if not self._items:
+                self._cond.wait(timeout)
+            items = list(self._items)
+            self._items.clear()
+            return items
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._items)

@@ -1,0 +1,301 @@
+"""Local mode (``ScalingConfig(num_workers=0)``): the train function runs in this process.
+
+Run plainly, there is one worker (rank 0 of 1). Under ``torchrun`` every
+process is one rank: the process group comes from torchrun's environment, and
+rank 0 hosts the run's controller; the other ranks send it their events
+through torch.distributed's key-value store. Restarts under torchrun are
+torchrun's (``--max-restarts``); each restart resumes from the latest
+committed checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from trainer_runtime._controller import BaseController
+from trainer_runtime._events import Event, EventBuffer, WorkerFinishedEvent
+from trainer_runtime._session import TrainSession
+from trainer_runtime._worker import run_train_fn
+from trainer_runtime.checkpoint import Checkpoint
+from trainer_runtime.context import TrainContext
+from trainer_runtime.errors import TrainingFailedError, UserConfigError
+
+logger = logging.getLogger("trainer_runtime")
+
+
+@dataclass(frozen=True)
+class LocalRanks:
+    """Ranks of this process (from torchrun's environment, or a single process)."""
+
+    world_rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    node_rank: int = 0
+
+
+def local_ranks(env: dict[str, str] | None = None) -> LocalRanks:
+    """Read torchrun-style rank variables; a single process when they are absent."""
+    env = dict(os.environ) if env is None else env
+    if "RANK" not in env or "WORLD_SIZE" not in env:
+        return LocalRanks()
+    world = int(env["WORLD_SIZE"])
+    return LocalRanks(
+        world_rank=int(env["RANK"]),
+        world_size=world,
+        local_rank=int(env.get("LOCAL_RANK", env["RANK"])),
+        local_world_size=int(env.get("LOCAL_WORLD_SIZE", world)),
+        node_rank=int(env.get("GROUP_RANK", env.get("NODE_RANK", "0"))),
+    )
+
+
+class _Consumer:
+    """Applies events to the coordinator in a background thread; keeps the first error."""
+
+    def __init__(self, controller: BaseController, world_size: int) -> None:
+        self.coordinator = controller.coordinator
+        self.world_size = world_size
+        self.buffer = EventBuffer()
+        self.error: BaseException | None = None
+        self.finished: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="local-controller", daemon=True)
+        self._thread.start()
+
+    def put(self, event: Event) -> None:
+        self.buffer.put(event)
+
+    def health_check(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def _apply(self, events: list[Event]) -> None:
+        for event in events:
+            if isinstance(event, WorkerFinishedEvent):
+                self.finished.add(event.rank)
+            if self.error is not None:
+                continue
+            try:
+                self.coordinator.handle(event)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the train thread
+                self.error = exc
+
+    def _loop(self) -> None:
+        while not self._stop.is_set() or len(self.buffer):
+            self._apply(self.buffer.drain(0.1))
+
+    def wait_all_finished(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while len(self.finished) < self.world_size:
+            if self.error is not None and self.world_size == 1:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class _StoreSender:
+    """Non-zero torchrun ranks: ship event batches to rank 0 through the c10d store."""
+
+    def __init__(self, store: Any, prefix: str, rank: int) -> None:
+        self.store = store
+        self.prefix = prefix
+        self.rank = rank
+        self.buffer = EventBuffer()
+        self.seq = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="event-sender", daemon=True)
+        self._thread.start()
+
+    def put(self, event: Event) -> None:
+        self.buffer.put(event)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set() or len(self.buffer):
+            batch = self.buffer.drain(0.05)
+            if batch:
+                self.store.set(f"{self.prefix}/ev/{self.rank}/{self.seq}", pickle.dumps(batch))
+                self.seq += 1
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class _StoreReceiver:
+    """Rank 0 under torchrun: poll the store for other ranks' event batches."""
+
+    def __init__(self, store: Any, prefix: str, world_size: int, consumer: _Consumer) -> None:
+        self.store = store
+        self.prefix = prefix
+        self.consumer = consumer
+        self.next_seq = dict.fromkeys(range(1, world_size), 0)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="event-receiver", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            got = False
+            for rank, seq in self.next_seq.items():
+                key = f"{self.prefix}/ev/{rank}/{seq}"
+                if self.store.check([key]):
+                    for event in pickle.loads(self.store.get(key)):
+                        self.consumer.put(event)
+                    self.store.delete_key(key)
+                    self.next_seq[rank] = seq + 1
+                    got = True
+            if not got:
+                time.sleep(0.005)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class LocalController(BaseController):
+    """Runs the train function in this process, as one rank."""
+
+    def _run_attempt(self) -> None:
+        ranks = local_ranks()
+        if ranks.world_size > 1:
+            self._run_torchrun_rank(ranks)
+            return
+        spec = self.spec
+        offset = self.coordinator.begin_attempt(1)
+        consumer = _Consumer(self, 1)
+        context = self._context(ranks)
+        spec.backend.on_local_start(context, spec.scaling)
+        try:
+            latest = self.manager.latest
+            session = TrainSession(
+                context,
+                consumer.put,
+                latest.checkpoint if latest else None,
+                offset,
+                health_check=consumer.health_check,
+            )
+            run_train_fn(session, spec.train_fn, spec.train_config)
+            consumer.wait_all_finished()
+        finally:
+            consumer.close()
+            spec.backend.on_local_shutdown()
+        if consumer.error is not None:
+            raise consumer.error
+        self.coordinator.finish_attempt()
+
+    def _context(self, ranks: LocalRanks) -> TrainContext:
+        assert self.spec.run.name is not None and self.spec.run.storage_path is not None
+        return TrainContext(
+            ranks.world_rank,
+            ranks.world_size,
+            ranks.local_rank,
+            ranks.local_world_size,
+            ranks.node_rank,
+            self.spec.run.name,
+            self.spec.run.storage_path,
+            self.attempt,
+        )
+
+    # -- torchrun ---------------------------------------------------------------------------
+    def _run_torchrun_rank(self, ranks: LocalRanks) -> None:
+        spec = self.spec
+        if not spec.backend.supports_torchrun:
+            raise UserConfigError(
+                "WORLD_SIZE>1 in the environment (torchrun?) but this trainer's backend cannot "
+                "run as torchrun processes; use TorchTrainer, or unset RANK/WORLD_SIZE"
+            )
+        context = self._context(ranks)
+        spec.backend.on_local_start(context, spec.scaling)
+        import torch.distributed as dist
+
+        store = dist.PrefixStore(
+            "trainjob",
+            dist.distributed_c10d._get_default_store(),
+        )
+        prefix = f"{spec.run.name}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+        try:
+            if ranks.world_rank == 0:
+                self._torchrun_rank0(store, prefix, ranks, context)
+            else:
+                self._torchrun_other(store, prefix, ranks, context)
+        finally:
+            spec.backend.on_local_shutdown()
+
+    def _torchrun_rank0(
+        self, store: Any, prefix: str, ranks: LocalRanks, context: TrainContext
+    ) -> None:
+        offset = self.coordinator.begin_attempt(ranks.world_size)
+        latest = self.manager.latest
+        store.set(
+            f"{prefix}/start",
+            json.dumps({"offset": offset, "latest": latest.path if latest else None}),
+        )
+        consumer = _Consumer(self, ranks.world_size)
+        receiver = _StoreReceiver(store, prefix, ranks.world_size, consumer)
+        try:
+            session = TrainSession(
+                context,
+                consumer.put,
+                latest.checkpoint if latest else None,
+                offset,
+                health_check=consumer.health_check,
+            )
+            run_train_fn(session, self.spec.train_fn, self.spec.train_config)
+            consumer.wait_all_finished(timeout=None if consumer.error is None else 30.0)
+        finally:
+            receiver.close()
+            consumer.close()
+        error = consumer.error
+        if error is None:
+            try:
+                self.coordinator.finish_attempt()
+            except UserConfigError as exc:
+                error = exc
+        store.set(
+            f"{prefix}/done",
+            json.dumps(
+                {
+                    "error": None if error is None else str(error),
+                    "metrics": self.coordinator.latest_metrics,
+                }
+            ),
+        )
+        if error is not None:
+            raise TrainingFailedError(
+                f"Training failed: {error}", cause=error, result=self.result(error)
+            )
+
+    def _torchrun_other(
+        self, store: Any, prefix: str, ranks: LocalRanks, context: TrainContext
+    ) -> None:
+        store.wait([f"{prefix}/start"], timedelta(seconds=600))
+        start = json.loads(store.get(f"{prefix}/start"))
+        sender = _StoreSender(store, prefix, ranks.world_rank)
+        try:
+            latest = Checkpoint(start["latest"]) if start["latest"] else None
+            session = TrainSession(context, sender.put, latest, int(start["offset"]))
+            run_train_fn(session, self.spec.train_fn, self.spec.train_config)
+        finally:
+            sender.close()
+        store.wait([f"{prefix}/done"], timedelta(seconds=3600))
+        done = json.loads(store.get(f"{prefix}/done"))
+        self.manager.restore()
+        self.coordinator.latest_metrics = done["metrics"]
+        if done["error"] is not None:
+            raise TrainingFailedError(
+                f"Training failed on rank 0's controller: {done['error']}", result=self.result()
+            )

@@ -1,0 +1,65 @@
+"""Checking what ``report()`` is given, so mistakes fail at the call with a clear message."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from trainer_runtime.errors import ReportError
+
+_ARRAY_MODULES = ("torch", "jax", "jaxlib", "numpy", "tensorflow", "cupy")
+
+
+def _array_kind(value: Any) -> str | None:
+    module = type(value).__module__.split(".", 1)[0]
+    if module in _ARRAY_MODULES and hasattr(value, "shape"):
+        return f"{module}.{type(value).__name__}"
+    return None
+
+
+def _clean(value: Any, where: str) -> Any:
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value
+    kind = _array_kind(value)
+    if kind is not None:
+        shape = tuple(getattr(value, "shape", ()))
+        if shape == () and type(value).__module__.startswith("numpy"):
+            return value.item()  # numpy scalar such as np.float32(0.5)
+        hint = ".item()" if shape == () or math.prod(shape) == 1 else ".tolist()"
+        raise ReportError(
+            f"report(): {where} is a {kind} (shape {shape}); metrics must be plain Python "
+            f"values. Convert it with {hint} (this also moves it off the accelerator)"
+        )
+    if hasattr(value, "item") and type(value).__module__.startswith("numpy"):
+        return value.item()
+    if isinstance(value, list | tuple):
+        return [_clean(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise ReportError(f"report(): {where} has a non-string key {k!r}")
+            out[k] = _clean(v, f"{where}[{k!r}]")
+        return out
+    raise ReportError(
+        f"report(): {where} has type {type(value).__name__}, which is not JSON-serialisable; "
+        "report numbers, strings, bools, None, or lists/dicts of them"
+    )
+
+
+def validate_metrics(metrics: Any) -> dict[str, Any]:
+    """Return a plain-Python copy of ``metrics`` or raise :class:`ReportError` naming the key."""
+    if not isinstance(metrics, Mapping):
+        raise ReportError(
+            f"report(metrics=...) must be a dict of str -> JSON-serialisable values, "
+            f"got {type(metrics).__name__}"
+        )
+    out: dict[str, Any] = {}
+    for key, value in metrics.items():
+        if not isinstance(key, str):
+            raise ReportError(f"report(): metric names must be strings, got {key!r}")
+        out[key] = _clean(value, f"metrics[{key!r}]")
+    return out

@@ -1,0 +1,235 @@
+"""The worker-side session behind ``report()``, ``get_checkpoint()`` and ``get_context()``.
+
+One session exists per worker process while its train function runs. It turns
+``report()`` calls into events for the controller and runs checkpoint uploads
+(in the calling thread for SYNC, in the background uploader for ASYNC).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from trainer_runtime._events import (
+    Event,
+    ReportEvent,
+    UploadDoneEvent,
+    UploadFailedEvent,
+    WorkerFinishedEvent,
+)
+from trainer_runtime._metrics import validate_metrics
+from trainer_runtime._uploader import AsyncUploader, UploadJob, run_upload
+from trainer_runtime.checkpoint import Checkpoint, CheckpointUploadMode
+from trainer_runtime.context import TrainContext
+from trainer_runtime.errors import CheckpointUploadError, ReportError
+from trainer_runtime.storage import TransferStats, get_storage, join_uri
+
+logger = logging.getLogger(__name__)
+
+Sink = Callable[[Event], None]
+
+
+def default_checkpoint_dir_name(round_index: int) -> str:
+    """The folder name of the checkpoint reported in round ``round_index``."""
+    return f"checkpoint_{round_index:06d}"
+
+
+class TrainSession:
+    """State of one worker's train function run."""
+
+    def __init__(
+        self,
+        context: TrainContext,
+        sink: Sink,
+        latest_checkpoint: Checkpoint | None,
+        round_offset: int,
+        health_check: Callable[[], None] | None = None,
+        max_pending_uploads: int | None = None,
+    ) -> None:
+        self.context = context
+        self.run_path = context.get_run_path()
+        self.storage = get_storage(self.run_path)
+        self._sink = sink
+        self.latest_checkpoint = latest_checkpoint
+        self.next_round = round_offset
+        self._health_check = health_check
+        self._max_pending = max_pending_uploads or int(
+            os.environ.get("TRAINJOB_MAX_PENDING_UPLOADS", "2")
+        )
+        self._uploader: AsyncUploader | None = None
+        self._lock = threading.Lock()
+
+    # -- report ---------------------------------------------------------------------------
+    def report(
+        self,
+        metrics: dict[str, Any],
+        checkpoint: Checkpoint | None = None,
+        checkpoint_dir_name: str | None = None,
+        checkpoint_upload_mode: CheckpointUploadMode | str = CheckpointUploadMode.SYNC,
+        delete_local_checkpoint_after_upload: bool | None = None,
+        validate_fn: Callable[..., Any] | None = None,
+        validate_config: dict[str, Any] | None = None,
+    ) -> None:
+        """See :func:`trainer_runtime.report`."""
+        if self._health_check is not None:
+            self._health_check()
+        if self._uploader is not None:
+            self._uploader.raise_if_failed()
+        clean_metrics = validate_metrics(metrics)
+        try:
+            mode = CheckpointUploadMode.parse(checkpoint_upload_mode)
+        except ValueError as exc:
+            raise ReportError(f"report(): {exc}") from None
+        if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
+            raise ReportError(
+                f"report(checkpoint=...) must be a trainer_runtime.Checkpoint (use "
+                f"Checkpoint.from_directory(path)), got {type(checkpoint).__name__}"
+            )
+        if validate_fn is not None and not callable(validate_fn):
+            raise ReportError(f"report(validate_fn=...) must be callable, got {validate_fn!r}")
+        if validate_config is not None and not isinstance(validate_config, dict):
+            raise ReportError("report(validate_config=...) must be a dict")
+        if validate_fn is not None and checkpoint is None:
+            raise ReportError("report(validate_fn=...) needs a checkpoint to validate")
+        if checkpoint_dir_name is not None and (
+            not checkpoint_dir_name or "/" in checkpoint_dir_name or checkpoint_dir_name[0] == "."
+        ):
+            raise ReportError(
+                f"report(checkpoint_dir_name={checkpoint_dir_name!r}): use a plain folder name "
+                "(no '/', not starting with '.')"
+            )
+
+        round_index = self.next_round
+        rank = self.context.world_rank
+        if checkpoint is None:
+            self.next_round += 1
+            self._sink(ReportEvent(rank, round_index, clean_metrics, upload_mode=mode.value))
+            return
+
+        if mode is CheckpointUploadMode.NO_UPLOAD:
+            dest = checkpoint.path
+        else:
+            if not checkpoint.is_local:
+                raise ReportError(
+                    f"report(): checkpoint {checkpoint.path} is already in remote storage; "
+                    "pass checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD for it"
+                )
+            if not Path(checkpoint.path).is_dir():
+                raise ReportError(
+                    f"report(): checkpoint directory {checkpoint.path} does not exist; write the "
+                    "checkpoint files before calling report()"
+                )
+            name = checkpoint_dir_name or default_checkpoint_dir_name(round_index)
+            dest = join_uri(self.run_path, name)
+        self.next_round += 1
+        delete_after = (
+            delete_local_checkpoint_after_upload
+            if delete_local_checkpoint_after_upload is not None
+            else mode is CheckpointUploadMode.ASYNC
+        )
+        event = ReportEvent(
+            rank,
+            round_index,
+            clean_metrics,
+            checkpoint_uri=dest,
+            upload_mode=mode.value,
+            validate_fn=validate_fn,
+            validate_config=validate_config,
+        )
+        if mode is CheckpointUploadMode.NO_UPLOAD:
+            self._sink(event)
+            self._sink(UploadDoneEvent(rank, round_index, dest))
+            return
+        job = UploadJob(round_index, Path(checkpoint.path), dest, delete_after)
+        if mode is CheckpointUploadMode.SYNC:
+            try:
+                stats = run_upload(self.storage, job)
+            except Exception as exc:
+                self._sink(event)
+                self._sink(UploadFailedEvent(rank, round_index, dest, repr(exc)))
+                raise CheckpointUploadError(
+                    f"uploading checkpoint {checkpoint.path} to {dest} failed: {exc}"
+                ) from exc
+            self._sink(event)
+            self._on_upload_done(job, stats)
+            return
+        self._sink(event)
+        self._get_uploader().submit(job)
+
+    # -- uploads --------------------------------------------------------------------------
+    def _get_uploader(self) -> AsyncUploader:
+        with self._lock:
+            if self._uploader is None:
+                self._uploader = AsyncUploader(
+                    self.storage, self._on_upload_done, self._on_upload_failed, self._max_pending
+                )
+            return self._uploader
+
+    def _on_upload_done(self, job: UploadJob, stats: TransferStats) -> None:
+        self._sink(
+            UploadDoneEvent(
+                self.context.world_rank,
+                job.round,
+                job.dest_uri,
+                stats.files,
+                stats.bytes,
+                stats.seconds,
+            )
+        )
+
+    def _on_upload_failed(self, job: UploadJob, exc: BaseException) -> None:
+        self._sink(UploadFailedEvent(self.context.world_rank, job.round, job.dest_uri, repr(exc)))
+
+    @property
+    def upload_blocked_seconds(self) -> float:
+        """Time ``report()`` spent waiting for a free upload slot."""
+        return self._uploader.blocked_seconds if self._uploader else 0.0
+
+    def finish(self, error: BaseException | None, traceback_text: str | None = None) -> None:
+        """Wait for pending uploads, then tell the controller how the train function ended."""
+        if self._uploader is not None:
+            try:
+                self._uploader.drain()
+            except CheckpointUploadError as exc:
+                if error is None:
+                    error = exc
+                    traceback_text = None
+            finally:
+                self._uploader.close()
+        self._sink(
+            WorkerFinishedEvent(
+                self.context.world_rank,
+                error=None if error is None else f"{type(error).__name__}: {error}",
+                traceback=traceback_text,
+            )
+        )
+
+
+# -- the process-wide current session -------------------------------------------------------
+_current: TrainSession | None = None
+
+
+def set_session(session: TrainSession | None) -> None:
+    """Install (or clear) the session of this process."""
+    global _current
+    _current = session
+
+
+def get_session(caller: str) -> TrainSession:
+    """The current session, or a clear error when called outside a train function."""
+    if _current is None:
+        raise RuntimeError(
+            f"trainer_runtime.{caller}() was called outside a training function. Call it from "
+            "the train_loop_per_worker passed to TorchTrainer/JaxTrainer, and start the run "
+            "with trainer.fit() (ScalingConfig(num_workers=0) runs it in this process)."
+        )
+    return _current
+
+
+def has_session() -> bool:
+    """Whether a train function is running in this process."""
+    return _current is not None

@@ -1,0 +1,122 @@
+"""The background checkpoint uploader of one worker process.
+
+``submit`` hands a folder over and returns at once unless ``max_pending``
+uploads are already queued (backpressure instead of filling the disk). Uploads
+run one after another, so checkpoints are stored in report order. After a
+failure every later upload is dropped (a later checkpoint must not be
+committed before an earlier one) and the error is raised by the next
+``raise_if_failed()``, i.e. at the next ``report()`` or when the run ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainer_runtime.errors import CheckpointUploadError
+from trainer_runtime.storage import Storage, TransferStats
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class UploadJob:
+    """One checkpoint folder to store."""
+
+    round: int
+    local_dir: Path
+    dest_uri: str
+    delete_after: bool
+
+
+OnDone = Callable[[UploadJob, TransferStats], None]
+OnFailed = Callable[[UploadJob, BaseException], None]
+
+
+def run_upload(storage: Storage, job: UploadJob) -> TransferStats:
+    """Store one folder, then delete the local copy when asked (and not the same folder)."""
+    stats = storage.upload_dir(job.local_dir, job.dest_uri)
+    if job.delete_after:
+        local = storage.local_path(job.dest_uri)
+        if local is None or local.resolve() != job.local_dir.resolve():
+            shutil.rmtree(job.local_dir, ignore_errors=True)
+    return stats
+
+
+class AsyncUploader:
+    """A daemon thread draining a bounded FIFO of :class:`UploadJob`."""
+
+    def __init__(
+        self, storage: Storage, on_done: OnDone, on_failed: OnFailed, max_pending: int = 2
+    ) -> None:
+        self.storage = storage
+        self._on_done = on_done
+        self._on_failed = on_failed
+        self._queue: queue.Queue[UploadJob | None] = queue.Queue(maxsize=max_pending)
+        self._error: BaseException | None = None
+        self._error_lock = threading.Lock()
+        self._thread = threading.Thread(target=self._loop, name="checkpoint-uploader", daemon=True)
+        self._thread.start()
+        self.blocked_seconds = 0.0
+
+    def submit(self, job: UploadJob) -> None:
+        """Queue a folder (blocks only while ``max_pending`` uploads are waiting)."""
+        self.raise_if_failed()
+        try:
+            self._queue.put_nowait(job)
+        except queue.Full:
+            start = time.perf_counter()
+            logger.info("Checkpoint upload queue full; waiting (backpressure)")
+            self._queue.put(job)
+            self.blocked_seconds += time.perf_counter() - start
+
+    def raise_if_failed(self) -> None:
+        """Raise the first upload error, if any."""
+        with self._error_lock:
+            error = self._error
+        if error is not None:
+            raise CheckpointUploadError(f"an earlier checkpoint upload failed: {error}") from error
+
+    @property
+    def pending(self) -> int:
+        """Uploads queued or running."""
+        return self._queue.unfinished_tasks
+
+    def drain(self) -> None:
+        """Wait for every queued upload, then raise the first error, if any."""
+        self._queue.join()
+        self.raise_if_failed()
+
+    def close(self) -> None:
+        """Finish the queue and stop the thread."""
+        self._queue.put(None)
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while True:
+            job = self._queue.get()
+            try:
+                if job is None:
+                    return
+                with self._error_lock:
+                    failed = self._error is not None
+                if failed:
+                    logger.warning("Dropping upload of %s after an earlier failure", job.dest_uri)
+                    continue
+                try:
+                    stats = run_upload(self.storage, job)
+                except BaseException as exc:  # noqa: BLE001 - reported, never lost
+                    logger.error("Checkpoint upload to %s failed: %s", job.dest_uri, exc)
+                    with self._error_lock:
+                        self._error = exc
+                    self._on_failed(job, exc)
+                else:
+                    self._on_done(job, stats)
+            finally:
+                self._queue.task_done()

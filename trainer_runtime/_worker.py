@@ -1,0 +1,127 @@
+"""The code that runs inside each worker process (a Ray actor, or this process)."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import socket
+import threading
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from trainer_runtime import _session
+from trainer_runtime._events import Event, EventBuffer
+from trainer_runtime._session import TrainSession
+from trainer_runtime.checkpoint import Checkpoint
+from trainer_runtime.context import TrainContext
+
+
+def call_train_fn(fn: Callable[..., Any], config: dict[str, Any] | None) -> Any:
+    """Call ``fn()`` or ``fn(config)`` depending on its signature (as Ray Train does)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return fn(config or {})
+    required = [
+        p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if len(required) > 1:
+        raise TypeError(
+            f"the train function {getattr(fn, '__name__', fn)!r} must take zero arguments or "
+            f"one (the train_loop_config dict), but it takes {len(required)}"
+        )
+    if required or any(p.kind is p.VAR_POSITIONAL for p in params.values()):
+        return fn(config or {})
+    if config:
+        raise TypeError(
+            f"train_loop_config was given but {getattr(fn, '__name__', fn)!r} takes no argument; "
+            "add a `config` parameter"
+        )
+    return fn()
+
+
+def run_train_fn(
+    session: TrainSession, fn: Callable[..., Any], config: dict[str, Any] | None
+) -> None:
+    """Run the train function under ``session`` and report how it ended."""
+    _session.set_session(session)
+    try:
+        call_train_fn(fn, config)
+    except BaseException as exc:  # noqa: BLE001 - every failure goes to the controller
+        session.finish(exc, traceback.format_exc())
+    else:
+        session.finish(None)
+    finally:
+        _session.set_session(None)
+
+
+def free_port() -> int:
+    """A free TCP port on this host."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class TrainWorker:
+    """One training worker. Wrapped with ``ray.remote`` (a threaded actor) by the worker group.
+
+    ``start`` runs the train function in a thread; the controller long-polls
+    ``poll`` for events, which also tells it at once when the process dies.
+    """
+
+    def __init__(self) -> None:
+        self._events = EventBuffer()
+        self._thread: threading.Thread | None = None
+
+    def node_info(self) -> dict[str, Any]:
+        """Where this worker runs."""
+        import ray
+
+        ctx = ray.get_runtime_context()
+        return {
+            "node_id": ctx.get_node_id(),
+            "ip": ray.util.get_node_ip_address(),
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+            "accelerator_ids": ctx.get_accelerator_ids(),
+        }
+
+    def set_env(self, env: dict[str, str]) -> None:
+        """Set environment variables in the worker process."""
+        os.environ.update(env)
+
+    def address_and_port(self) -> tuple[str, int]:
+        """This node's IP and a free port (rank 0 hosts the rendezvous)."""
+        import ray
+
+        return ray.util.get_node_ip_address(), free_port()
+
+    def execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn`` in the worker process (used by backends for set-up)."""
+        return fn(*args, **kwargs)
+
+    def start(
+        self,
+        fn: Callable[..., Any],
+        config: dict[str, Any] | None,
+        context: TrainContext,
+        latest_checkpoint: str | None,
+        round_offset: int,
+    ) -> None:
+        """Start the train function in a thread and return."""
+        session = TrainSession(
+            context,
+            self._events.put,
+            Checkpoint(latest_checkpoint) if latest_checkpoint else None,
+            round_offset,
+        )
+        self._thread = threading.Thread(
+            target=run_train_fn, args=(session, fn, config), name="train-fn", daemon=True
+        )
+        self._thread.start()
+
+    def poll(self, timeout: float) -> list[Event]:
+        """Events since the last poll, waiting up to ``timeout`` seconds for one."""
+        return self._events.drain(timeout)

@@ -1,0 +1,128 @@
+"""``Checkpoint``: a folder of files, local or in storage (same API as ``ray.train.Checkpoint``)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from trainer_runtime.storage import get_storage
+from trainer_runtime.storage.base import is_gcs_uri
+
+METADATA_FILE = ".metadata.json"
+COMMIT_MARKER = ".trainjob_committed.json"
+
+
+class CheckpointUploadMode(StrEnum):
+    """How ``report()`` persists a checkpoint.
+
+    * ``SYNC``: upload before ``report()`` returns.
+    * ``ASYNC``: hand the folder to a background uploader and return at once;
+      the checkpoint is committed when the upload finishes.
+    * ``NO_UPLOAD``: the checkpoint is already in its final storage location.
+    """
+
+    SYNC = "sync"
+    ASYNC = "async"
+    NO_UPLOAD = "no_upload"
+
+    @classmethod
+    def parse(cls, value: CheckpointUploadMode | str) -> CheckpointUploadMode:
+        """Accept the enum or its name/value (case-insensitive); clear error otherwise."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            key = value.strip().lower().replace("-", "_")
+            aliases = {"none": "no_upload", "noupload": "no_upload"}
+            key = aliases.get(key, key)
+            for mode in cls:
+                if mode.value == key:
+                    return mode
+        valid = ", ".join(f"CheckpointUploadMode.{m.name}" for m in cls)
+        raise ValueError(f"checkpoint_upload_mode={value!r} is not valid; use one of {valid}")
+
+
+class Checkpoint:
+    """A checkpoint folder at ``path``: a local folder or a ``gs://`` prefix."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        text = os.fspath(path)
+        self.path: str = text.rstrip("/") if is_gcs_uri(text) else os.path.abspath(text)
+
+    @classmethod
+    def from_directory(cls, path: str | os.PathLike[str]) -> Checkpoint:
+        """A checkpoint of the files in a local folder (e.g. written by the train loop)."""
+        return cls(path)
+
+    @property
+    def is_local(self) -> bool:
+        """Whether the checkpoint's files are on this machine's filesystem."""
+        return not is_gcs_uri(self.path)
+
+    def to_directory(self, path: str | os.PathLike[str] | None = None) -> str:
+        """Copy (or download) the checkpoint's files into ``path`` (a new temp dir by default)."""
+        target = Path(path) if path is not None else Path(tempfile.mkdtemp(prefix="checkpoint_"))
+        target.mkdir(parents=True, exist_ok=True)
+        if self.is_local:
+            src = Path(self.path)
+            if not src.is_dir():
+                raise FileNotFoundError(f"checkpoint folder {self.path} does not exist")
+            if src.resolve() != target.resolve():
+                shutil.copytree(src, target, dirs_exist_ok=True)
+        else:
+            get_storage(self.path).download_dir(self.path, target)
+        return str(target)
+
+    @contextlib.contextmanager
+    def as_directory(self) -> Iterator[str]:
+        """A local folder holding the files: the folder itself when local, else a temp copy."""
+        if self.is_local:
+            yield self.path
+            return
+        tmp = tempfile.mkdtemp(prefix="checkpoint_")
+        try:
+            yield self.to_directory(tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def get_metadata(self) -> dict[str, Any]:
+        """The user metadata stored with the checkpoint (``{}`` when none)."""
+        storage = get_storage(self.path)
+        try:
+            data = storage.read_bytes(f"{self.path}/{METADATA_FILE}")
+        except FileNotFoundError:
+            return {}
+        loaded: dict[str, Any] = json.loads(data)
+        return loaded
+
+    def set_metadata(self, metadata: dict[str, Any]) -> None:
+        """Replace the metadata (JSON-serialisable dict)."""
+        try:
+            data = json.dumps(metadata, sort_keys=True).encode()
+        except TypeError as exc:
+            raise TypeError(f"checkpoint metadata must be JSON-serialisable: {exc}") from exc
+        get_storage(self.path).write_bytes(f"{self.path}/{METADATA_FILE}", data)
+
+    def update_metadata(self, metadata: dict[str, Any]) -> None:
+        """Merge ``metadata`` into the stored metadata."""
+        merged = self.get_metadata()
+        merged.update(metadata)
+        self.set_metadata(merged)
+
+    def __repr__(self) -> str:
+        return f"Checkpoint(path={self.path!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Checkpoint) and other.path == self.path
+
+    def __hash__(self) -> int:
+        return hash(self.path)
+
+    def __reduce__(self) -> tuple[type[Checkpoint], tuple[str]]:
+        return (Checkpoint, (self.path,))

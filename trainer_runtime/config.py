@@ -1,0 +1,211 @@
+"""User-facing configuration objects, shaped like Ray Train V2's.
+
+A user of ``ray.train`` switches by changing imports:
+``from ray.train import ScalingConfig, RunConfig`` becomes
+``from trainer_runtime import ScalingConfig, RunConfig``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from trainer_runtime.callbacks import Callback
+
+_PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+
+@dataclass
+class ScalingConfig:
+    """How many workers to run and what each one gets.
+
+    ``num_workers=0`` is local mode: the train function runs in this process
+    (or in each ``torchrun`` process) without Ray.
+    """
+
+    num_workers: int = 1
+    use_gpu: bool = False
+    resources_per_worker: dict[str, float] | None = None
+    placement_strategy: str = "PACK"
+    use_tpu: bool = False
+    topology: str | None = None
+    accelerator_type: str | None = None
+    num_slices: int = 1
+    #: Seconds to wait for the cluster to grant every worker's resources.
+    placement_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.num_workers, int) or isinstance(self.num_workers, bool):
+            raise ValueError(f"ScalingConfig.num_workers must be an int, got {self.num_workers!r}")
+        if self.num_workers < 0:
+            raise ValueError(
+                f"ScalingConfig.num_workers must be >= 0 (0 = local mode), got {self.num_workers}"
+            )
+        if self.use_gpu and self.use_tpu:
+            raise ValueError(
+                "ScalingConfig: use_gpu and use_tpu are mutually exclusive; set only one"
+            )
+        if self.placement_strategy not in _PLACEMENT_STRATEGIES:
+            raise ValueError(
+                f"ScalingConfig.placement_strategy={self.placement_strategy!r} is not valid; "
+                f"choose one of {', '.join(_PLACEMENT_STRATEGIES)}"
+            )
+        if self.resources_per_worker is not None:
+            for key, value in self.resources_per_worker.items():
+                if not isinstance(value, int | float) or value < 0:
+                    raise ValueError(
+                        f"ScalingConfig.resources_per_worker[{key!r}] must be a number >= 0, "
+                        f"got {value!r}"
+                    )
+        if self.num_slices < 1:
+            raise ValueError(f"ScalingConfig.num_slices must be >= 1, got {self.num_slices}")
+
+    @property
+    def local_mode(self) -> bool:
+        """True when the train function runs without Ray (``num_workers=0``)."""
+        return self.num_workers == 0
+
+    def worker_resources(self) -> dict[str, float]:
+        """The Ray resources one worker asks for (defaults: 1 CPU, plus 1 GPU with use_gpu)."""
+        if self.resources_per_worker is not None:
+            resources = {
+                ("CPU" if k.lower() == "cpu" else "GPU" if k.lower() == "gpu" else k): v
+                for k, v in self.resources_per_worker.items()
+            }
+        else:
+            resources = {"CPU": 1.0}
+        if self.use_gpu:
+            resources.setdefault("GPU", 1.0)
+        return resources
+
+
+@dataclass
+class CheckpointConfig:
+    """Which checkpoints to keep.
+
+    ``num_to_keep=None`` keeps all. With ``checkpoint_score_attribute`` the
+    best ``num_to_keep`` by that metric are kept, otherwise the most recent.
+    The latest checkpoint is never deleted.
+    """
+
+    num_to_keep: int | None = None
+    checkpoint_score_attribute: str | None = None
+    checkpoint_score_order: Literal["max", "min"] = "max"
+
+    def __post_init__(self) -> None:
+        if self.num_to_keep is not None and (
+            not isinstance(self.num_to_keep, int) or self.num_to_keep < 1
+        ):
+            raise ValueError(
+                f"CheckpointConfig.num_to_keep must be None (keep all) or an int >= 1, "
+                f"got {self.num_to_keep!r}"
+            )
+        if self.checkpoint_score_order not in ("max", "min"):
+            raise ValueError(
+                f"CheckpointConfig.checkpoint_score_order must be 'max' or 'min', "
+                f"got {self.checkpoint_score_order!r}"
+            )
+
+
+@dataclass
+class FailureConfig:
+    """How many worker-group failures to survive (``-1``: unlimited).
+
+    After a failure the group restarts and resumes from the latest committed checkpoint.
+    """
+
+    max_failures: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_failures, int) or self.max_failures < -1:
+            raise ValueError(
+                f"FailureConfig.max_failures must be an int >= -1 (-1 = unlimited), "
+                f"got {self.max_failures!r}"
+            )
+
+    def allows(self, failures: int) -> bool:
+        """Whether a run that has seen ``failures`` failures may restart once more."""
+        return self.max_failures == -1 or failures <= self.max_failures
+
+
+@dataclass
+class ValidationConfig:
+    """How ``validate_fn`` calls passed to ``report()`` are run.
+
+    Each validation is a Ray task asking for ``resources`` (by default the
+    custom resource ``validation``, which only the validation pool advertises).
+    """
+
+    max_concurrent_validations: int = 1
+    timeout_s: float | None = None
+    resources: dict[str, float] = field(default_factory=lambda: {"validation": 1.0})
+    num_cpus: float = 1.0
+    #: Whether ``fit()`` waits for pending validations before returning.
+    wait_for_validations: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_concurrent_validations < 1:
+            raise ValueError(
+                "ValidationConfig.max_concurrent_validations must be >= 1, got "
+                f"{self.max_concurrent_validations}"
+            )
+        if self.timeout_s is not None and self.timeout_s <= 0:
+            raise ValueError(f"ValidationConfig.timeout_s must be > 0, got {self.timeout_s}")
+
+
+def _default_storage_path() -> str:
+    return os.environ.get("TRAINJOB_STORAGE_PATH") or os.path.expanduser("~/trainjob_results")
+
+
+def _default_name() -> str:
+    return "run-" + _dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+
+
+@dataclass
+class RunConfig:
+    """Where a run stores its checkpoints and how it reacts to failures.
+
+    A new driver with the same ``storage_path`` and ``name`` resumes from the
+    latest committed checkpoint recorded in ``<storage_path>/<name>``.
+    """
+
+    name: str | None = None
+    storage_path: str | None = None
+    failure_config: FailureConfig | None = None
+    checkpoint_config: CheckpointConfig | None = None
+    validation_config: ValidationConfig | None = None
+    callbacks: list[Callback] = field(default_factory=list)
+    #: Extra environment variables set in every worker process.
+    worker_env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.name is None:
+            self.name = _default_name()
+        if not self.name or "/" in self.name:
+            raise ValueError(
+                f"RunConfig.name must be a non-empty string without '/', got {self.name!r}"
+            )
+        if self.storage_path is None:
+            self.storage_path = _default_storage_path()
+        from trainer_runtime.storage import validate_storage_uri
+
+        self.storage_path = validate_storage_uri(self.storage_path, field="RunConfig.storage_path")
+        self.failure_config = self.failure_config or FailureConfig()
+        self.checkpoint_config = self.checkpoint_config or CheckpointConfig()
+        self.validation_config = self.validation_config or ValidationConfig()
+
+    @property
+    def run_path(self) -> str:
+        """The run folder: ``<storage_path>/<name>``."""
+        from trainer_runtime.storage import join_uri
+
+        assert self.storage_path is not None and self.name is not None
+        return join_uri(self.storage_path, self.name)
+
+
+def resolved(run_config: RunConfig | None) -> RunConfig:
+    """A RunConfig with every optional part filled in."""
+    return run_config if run_config is not None else RunConfig()

@@ -1,0 +1,94 @@
+"""Storage in a local or mounted folder (a PersistentVolume, Filestore, gcsfuse...)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from trainer_runtime.storage.base import Storage, TransferStats
+
+
+def _walk_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file())
+
+
+class LocalStorage(Storage):
+    """Files under an absolute local path."""
+
+    def upload_dir(self, local_dir: Path, dest_uri: str) -> TransferStats:
+        """Copy the folder's files (``copyfile`` uses the kernel's zero-copy path)."""
+        start = time.perf_counter()
+        src = Path(local_dir).resolve()
+        dest = Path(dest_uri)
+        stats = TransferStats()
+        if dest.exists() and dest.resolve() == src:
+            # The checkpoint was written in place: nothing to copy.
+            for f in _walk_files(src):
+                stats.files += 1
+                stats.bytes += f.stat().st_size
+            stats.seconds = time.perf_counter() - start
+            return stats
+        for f in _walk_files(src):
+            target = dest / f.relative_to(src)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(f, target)
+            stats.files += 1
+            stats.bytes += f.stat().st_size
+        dest.mkdir(parents=True, exist_ok=True)
+        stats.seconds = time.perf_counter() - start
+        return stats
+
+    def download_dir(self, src_uri: str, local_dir: Path) -> TransferStats:
+        """Copy ``src_uri``'s files into ``local_dir``."""
+        src = Path(src_uri)
+        if not src.is_dir():
+            raise FileNotFoundError(f"checkpoint folder {src_uri} does not exist")
+        return self.upload_dir(src, str(local_dir))
+
+    def write_bytes(self, uri: str, data: bytes) -> None:
+        """Write via a temporary file and ``os.replace`` so readers never see half a file."""
+        path = Path(uri)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def read_bytes(self, uri: str) -> bytes:
+        """Read the file."""
+        return Path(uri).read_bytes()
+
+    def exists(self, uri: str) -> bool:
+        """Whether the file exists."""
+        return Path(uri).exists()
+
+    def list_dirs(self, uri: str) -> list[str]:
+        """Sorted names of sub-folders."""
+        path = Path(uri)
+        if not path.is_dir():
+            return []
+        return sorted(p.name for p in path.iterdir() if p.is_dir())
+
+    def list_files(self, uri: str) -> list[str]:
+        """Sorted relative paths of every file below ``uri``."""
+        root = Path(uri)
+        if not root.is_dir():
+            return []
+        return [str(p.relative_to(root)) for p in _walk_files(root)]
+
+    def delete_dir(self, uri: str) -> None:
+        """Remove the folder tree."""
+        shutil.rmtree(uri, ignore_errors=True)
+
+    def local_path(self, uri: str) -> Path:
+        """The path itself."""
+        return Path(uri)

@@ -1,0 +1,71 @@
+"""``DataParallelTrainer``: run a train function on N workers and return a :class:`Result`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from trainer_runtime._controller import RunSpec
+from trainer_runtime.backend import Backend
+from trainer_runtime.config import RunConfig, ScalingConfig
+from trainer_runtime.result import Result
+
+
+class DataParallelTrainer:
+    """Runs ``train_loop_per_worker`` on every worker (Ray actors, or this process).
+
+    ``fit()`` returns a :class:`Result`, or raises
+    :class:`~trainer_runtime.errors.TrainingFailedError` once
+    ``FailureConfig.max_failures`` is exhausted.
+    """
+
+    backend_cls: type[Backend] = Backend
+
+    def __init__(
+        self,
+        train_loop_per_worker: Callable[..., Any],
+        *,
+        train_loop_config: dict[str, Any] | None = None,
+        scaling_config: ScalingConfig | None = None,
+        run_config: RunConfig | None = None,
+        backend: Backend | None = None,
+    ) -> None:
+        if not callable(train_loop_per_worker):
+            raise TypeError(
+                f"train_loop_per_worker must be a function, got {type(train_loop_per_worker)}"
+            )
+        if train_loop_config is not None and not isinstance(train_loop_config, dict):
+            raise TypeError(
+                f"train_loop_config must be a dict, got {type(train_loop_config).__name__}"
+            )
+        self.train_loop_per_worker = train_loop_per_worker
+        self.train_loop_config = train_loop_config
+        self.scaling_config = scaling_config or ScalingConfig()
+        self.run_config = run_config or RunConfig()
+        self.backend = backend or self._make_backend()
+
+    def _make_backend(self) -> Backend:
+        return self.backend_cls()
+
+    def _spec(self) -> RunSpec:
+        return RunSpec(
+            self.train_loop_per_worker,
+            self.train_loop_config,
+            self.scaling_config,
+            self.run_config,
+            self.backend,
+        )
+
+    def fit(self) -> Result:
+        """Run training to completion (resuming from the run folder's latest checkpoint)."""
+        spec = self._spec()
+        if self.scaling_config.local_mode:
+            from trainer_runtime._local import LocalController
+
+            return LocalController(spec).run()
+        return self._ray_controller(spec).run()
+
+    def _ray_controller(self, spec: RunSpec) -> Any:
+        from trainer_runtime._controller import RayController
+
+        return RayController(spec)
