@@ -164,7 +164,6 @@ class RayController(BaseController):
 
     def _run_attempt(self) -> None:
         import ray
-        from ray.exceptions import GetTimeoutError, RayActorError
 
         _ensure_ray()
         spec = self.spec
@@ -204,9 +203,25 @@ class RayController(BaseController):
                 f", resuming from {latest.path}" if latest else "",
             )
             call_all(spec.run.callbacks, "on_run_start", self.run_path, world, self.attempt)
-            by_rank = {w.rank: w for w in group.workers}
-            pending = {w.actor.poll.remote(POLL_TIMEOUT_S): w.rank for w in group.workers}
-            finished: set[int] = set()
+            self._consume_events(group)
+            self.coordinator.finish_attempt()
+        finally:
+            try:
+                spec.backend.on_shutdown(group)
+            except Exception as exc:  # noqa: BLE001 - tear-down is best effort
+                logger.debug("backend shutdown failed: %s", exc)
+            group.shutdown()
+            time.sleep(0)  # let Ray process the kills before a restart asks for resources
+
+    def _consume_events(self, group: Any) -> None:
+        """Apply every worker's events until all train functions finished."""
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        by_rank = {w.rank: w for w in group.workers}
+        pending = {w.actor.poll.remote(POLL_TIMEOUT_S): w.rank for w in group.workers}
+        finished: set[int] = set()
+        try:
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=30.0)
                 for ref in ready:
@@ -226,14 +241,34 @@ class RayController(BaseController):
                             finished.add(event.rank)
                     if rank not in finished:
                         pending[by_rank[rank].actor.poll.remote(POLL_TIMEOUT_S)] = rank
-            self.coordinator.finish_attempt()
-        finally:
+        except WorkerGroupError as exc:
+            self._salvage(list(pending), group, exclude=exc.rank)
+            raise
+
+    def _salvage(self, pending: list[Any], group: Any, exclude: int | None) -> None:
+        """After a failure, apply what the surviving workers already sent or stored.
+
+        A round every rank reported and uploaded before the failure is still
+        committed, so a restart resumes from it instead of an older checkpoint.
+        """
+        import ray
+
+        refs = list(pending) + [
+            w.actor.poll.remote(0.2) for w in group.workers if w.rank != exclude
+        ]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=5.0)
+        for ref in ready:
             try:
-                spec.backend.on_shutdown(group)
-            except Exception as exc:  # noqa: BLE001 - tear-down is best effort
-                logger.debug("backend shutdown failed: %s", exc)
-            group.shutdown()
-            time.sleep(0)  # let Ray process the kills before a restart asks for resources
+                events = ray.get(ref)
+            except Exception:  # noqa: BLE001 - that worker is gone too
+                continue
+            for event in events:
+                if isinstance(event, WorkerFinishedEvent):
+                    continue
+                try:
+                    self.coordinator.handle(event)
+                except Exception as exc:  # noqa: BLE001 - already failing; keep salvaging
+                    logger.debug("ignoring event %r after failure: %s", event, exc)
 
     def _make_group(self) -> Any:
         from trainer_runtime.worker_group import WorkerGroup

@@ -54,13 +54,17 @@ class GCSStorage(Storage):
         max_workers: int = 8,
         chunk_size: int = 32 * 2**20,
         chunked_threshold: int = 64 * 2**20,
-        attempts: int = 5,
+        attempts: int | None = None,
+        timeout_s: float = 120.0,
         client: Any = None,
     ) -> None:
         self.max_workers = max_workers
         self.chunk_size = chunk_size
         self.chunked_threshold = chunked_threshold
-        self.attempts = attempts
+        # Retries are ours (jittered exponential backoff), not the client library's: its
+        # default keeps retrying a refused connection for two minutes per call.
+        self.attempts = attempts or int(os.environ.get("TRAINJOB_GCS_ATTEMPTS", "6"))
+        self.timeout_s = timeout_s
         self._client = client
         self._lock = threading.Lock()
 
@@ -97,7 +101,9 @@ class GCSStorage(Storage):
             blob = self._blob(uri)
             if size > self.chunked_threshold:
                 blob.chunk_size = self.chunk_size
-            blob.upload_from_filename(str(path), checksum="crc32c")
+            blob.upload_from_filename(
+                str(path), checksum="crc32c", retry=None, timeout=self.timeout_s
+            )
 
         self._retry(upload, f"upload {path} -> {uri}")
         return size
@@ -107,7 +113,9 @@ class GCSStorage(Storage):
 
         def download() -> None:
             blob = self._blob(uri)
-            blob.download_to_filename(str(path), checksum="crc32c")
+            blob.download_to_filename(
+                str(path), checksum="crc32c", retry=None, timeout=self.timeout_s
+            )
 
         self._retry(download, f"download {uri} -> {path}")
         return path.stat().st_size
@@ -150,17 +158,27 @@ class GCSStorage(Storage):
     def write_bytes(self, uri: str, data: bytes) -> None:
         """One object write (GCS object writes are atomic)."""
         self._retry(
-            lambda: self._blob(uri).upload_from_string(data, checksum="crc32c"), f"write {uri}"
+            lambda: self._blob(uri).upload_from_string(
+                data, checksum="crc32c", retry=None, timeout=self.timeout_s
+            ),
+            f"write {uri}",
         )
 
     def read_bytes(self, uri: str) -> bytes:
         """Read one object; FileNotFoundError when missing."""
-        data: bytes = self._retry(lambda: self._blob(uri).download_as_bytes(), f"read {uri}")
+        data: bytes = self._retry(
+            lambda: self._blob(uri).download_as_bytes(retry=None, timeout=self.timeout_s),
+            f"read {uri}",
+        )
         return data
 
     def exists(self, uri: str) -> bool:
         """Whether the object exists."""
-        return bool(self._retry(lambda: self._blob(uri).exists(), f"stat {uri}"))
+        return bool(
+            self._retry(
+                lambda: self._blob(uri).exists(retry=None, timeout=self.timeout_s), f"stat {uri}"
+            )
+        )
 
     def list_dirs(self, uri: str) -> list[str]:
         """Immediate 'folders' (common prefixes) below ``uri``."""
@@ -168,7 +186,9 @@ class GCSStorage(Storage):
         prefix = f"{key}/" if key else ""
 
         def list_prefixes() -> list[str]:
-            it = self.client.list_blobs(bucket, prefix=prefix, delimiter="/")
+            it = self.client.list_blobs(
+                bucket, prefix=prefix, delimiter="/", retry=None, timeout=self.timeout_s
+            )
             for _ in it:  # consume pages so .prefixes is complete
                 pass
             return sorted(p[len(prefix) :].rstrip("/") for p in it.prefixes)
@@ -183,7 +203,10 @@ class GCSStorage(Storage):
 
         def list_all() -> list[str]:
             return sorted(
-                b.name[len(prefix) :] for b in self.client.list_blobs(bucket, prefix=prefix)
+                b.name[len(prefix) :]
+                for b in self.client.list_blobs(
+                    bucket, prefix=prefix, retry=None, timeout=self.timeout_s
+                )
             )
 
         result: list[str] = self._retry(list_all, f"list {uri}")
@@ -197,7 +220,7 @@ class GCSStorage(Storage):
         def delete(rel: str) -> int:
             def op() -> None:
                 try:
-                    self._blob(f"{base}/{rel}").delete()
+                    self._blob(f"{base}/{rel}").delete(retry=None, timeout=self.timeout_s)
                 except Exception as exc:
                     if not _is_not_found(exc):
                         raise

@@ -1,0 +1,137 @@
+"""CheckpointManager: top-k retention, deletion from storage, manifest and recovery."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainer_runtime.checkpoint import COMMIT_MARKER
+from trainer_runtime.checkpoint_manager import (
+    CheckpointManager,
+    CheckpointRecord,
+    CheckpointStatus,
+)
+from trainer_runtime.config import CheckpointConfig
+from trainer_runtime.errors import UserConfigError
+from trainer_runtime.storage import get_storage, join_uri
+
+
+def _commit(manager: CheckpointManager, round_index: int, **metrics: float) -> CheckpointRecord:
+    """Store a checkpoint folder with a marker, as the coordinator does, and register it."""
+    storage = manager.storage
+    path = join_uri(manager.run_path, f"checkpoint_{round_index:06d}")
+    storage.write_bytes(join_uri(path, "weights.bin"), b"w" * round_index)
+    record = CheckpointRecord(f"checkpoint_{round_index:06d}", path, round_index, dict(metrics))
+    storage.write_bytes(join_uri(path, COMMIT_MARKER), json.dumps(record.to_json()).encode())
+    manager.register(record)
+    return record
+
+
+def _manager(storage_path: str, **config: object) -> CheckpointManager:
+    run = join_uri(storage_path, "run")
+    return CheckpointManager(run, CheckpointConfig(**config), get_storage(run))  # type: ignore[arg-type]
+
+
+def test_keeps_top_k_by_score_and_deletes_the_rest(storage_path: str) -> None:
+    m = _manager(
+        storage_path, num_to_keep=2, checkpoint_score_attribute="acc", checkpoint_score_order="max"
+    )
+    for i, acc in enumerate([0.5, 0.9, 0.7, 0.6]):
+        _commit(m, i, acc=acc)
+    # Top 2 by acc are rounds 1 (0.9) and 2 (0.7); round 3 is the latest and always kept.
+    assert [r.round for r in m.records] == [1, 2, 3]
+    assert m.best() is not None and m.best().round == 1  # type: ignore[union-attr]
+    assert m.storage.list_dirs(m.run_path) == [
+        "checkpoint_000001",
+        "checkpoint_000002",
+        "checkpoint_000003",
+    ]
+
+
+def test_min_order_and_no_score_attribute(storage_path: str) -> None:
+    m = _manager(
+        storage_path, num_to_keep=1, checkpoint_score_attribute="loss", checkpoint_score_order="min"
+    )
+    _commit(m, 0, loss=0.1)
+    _commit(m, 1, loss=0.5)
+    assert [r.round for r in m.records] == [0, 1]  # best (0) + latest (1)
+    _commit(m, 2, loss=0.05)
+    assert [r.round for r in m.records] == [2]  # best and latest at once
+
+    recent = _manager(storage_path + "/other", num_to_keep=2)
+    for i in range(4):
+        _commit(recent, i, loss=1.0)
+    assert [r.round for r in recent.records] == [2, 3]
+
+
+def test_missing_score_attribute_names_the_attribute_and_metrics(storage_path: str) -> None:
+    m = _manager(storage_path, num_to_keep=2, checkpoint_score_attribute="val_acc")
+    with pytest.raises(UserConfigError, match=r"'val_acc'.*metrics seen: \['loss', 'step'\]"):
+        _commit(m, 0, loss=1.0, step=3)
+
+
+def test_pending_validation_is_never_evicted(storage_path: str) -> None:
+    m = _manager(storage_path, num_to_keep=1, checkpoint_score_attribute="val_acc")
+    pending = CheckpointRecord(
+        "checkpoint_000000",
+        join_uri(m.run_path, "checkpoint_000000"),
+        0,
+        {"loss": 1.0},
+        status=CheckpointStatus.PENDING_VALIDATION,
+    )
+    m.storage.write_bytes(join_uri(pending.path, "w"), b"x")
+    m.register(pending)  # no score yet, but pending: accepted
+    _commit(m, 1, val_acc=0.3)
+    _commit(m, 2, val_acc=0.2)
+    names = [r.name for r in m.records]
+    assert "checkpoint_000000" in names  # pending: protected
+    assert "checkpoint_000001" in names  # best
+    assert "checkpoint_000002" in names  # latest
+    pending.status = CheckpointStatus.VALIDATED
+    pending.validation_metrics = {"val_acc": 0.1}
+    m.update(pending)
+    assert [r.name for r in m.records] == ["checkpoint_000001", "checkpoint_000002"]
+
+
+def test_manifest_lets_a_new_manager_resume(storage_path: str) -> None:
+    m = _manager(storage_path, num_to_keep=3)
+    for i in range(3):
+        _commit(m, i, loss=float(i))
+    m.note_round(7)  # metrics-only rounds after the last checkpoint
+    m.save()
+    again = _manager(storage_path, num_to_keep=3)
+    again.restore()
+    assert [r.round for r in again.records] == [0, 1, 2]
+    assert again.latest is not None and again.latest.metrics == {"loss": 2.0}
+    assert again.next_round == 8
+
+
+def test_restore_recovers_marked_checkpoint_and_ignores_unmarked_folder(storage_path: str) -> None:
+    m = _manager(storage_path)
+    _commit(m, 0, loss=1.0)
+    storage = m.storage
+    # Committed (marker written) but the driver died before updating the manifest:
+    rec = CheckpointRecord(
+        "checkpoint_000001", join_uri(m.run_path, "checkpoint_000001"), 1, {"loss": 0.5}
+    )
+    storage.write_bytes(join_uri(rec.path, "w"), b"x")
+    storage.write_bytes(join_uri(rec.path, COMMIT_MARKER), json.dumps(rec.to_json()).encode())
+    # An interrupted upload: files but no marker.
+    storage.write_bytes(join_uri(m.run_path, "checkpoint_000002", "w"), b"partial")
+
+    again = _manager(storage_path)
+    again.restore()
+    assert [r.name for r in again.records] == ["checkpoint_000000", "checkpoint_000001"]
+    assert again.latest is not None and again.latest.round == 1
+
+
+def test_manifest_is_json_with_latest_and_best(tmp_path: Path) -> None:
+    m = _manager(str(tmp_path), checkpoint_score_attribute="acc")
+    _commit(m, 0, acc=0.9)
+    _commit(m, 1, acc=0.1)
+    data = json.loads((tmp_path / "run" / "checkpoint_manifest.json").read_text())
+    assert data["latest"] == "checkpoint_000001"
+    assert data["best"] == "checkpoint_000000"
+    assert [c["name"] for c in data["checkpoints"]] == ["checkpoint_000000", "checkpoint_000001"]

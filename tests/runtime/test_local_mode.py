@@ -1,0 +1,248 @@
+"""Local mode (ScalingConfig(num_workers=0)): the train function runs in this process."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import trainer_runtime as tr
+from tests.gcs import GCSEmulator
+from tests.runtime.workloads import counting_train, read_log
+from trainer_runtime import (
+    Checkpoint,
+    CheckpointConfig,
+    CheckpointUploadMode,
+    DataParallelTrainer,
+    FailureConfig,
+    Result,
+    RunConfig,
+    ScalingConfig,
+    TrainingFailedError,
+)
+from trainer_runtime.checkpoint import COMMIT_MARKER
+from trainer_runtime.storage import get_storage, join_uri
+from trainer_runtime.storage.factory import reset_storage_cache
+
+LOCAL = ScalingConfig(num_workers=0)
+
+
+def _fit(
+    fn: Any, config: dict[str, Any], storage_path: str, name: str = "run", **run_kwargs: Any
+) -> Result:
+    return DataParallelTrainer(
+        fn,
+        train_loop_config=config,
+        scaling_config=LOCAL,
+        run_config=RunConfig(name=name, storage_path=storage_path, **run_kwargs),
+    ).fit()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_runs_in_this_process_with_checkpoints(
+    storage_path: str, tmp_path: Path, mode: str
+) -> None:
+    log = str(tmp_path / "log")
+    result = _fit(
+        counting_train,
+        {"steps": 5, "mode": mode, "log": log},
+        storage_path,
+        checkpoint_config=CheckpointConfig(num_to_keep=2),
+    )
+    starts = [e for e in read_log(log) if e["event"] == "start"]
+    assert starts == [
+        {
+            "event": "start",
+            "rank": 0,
+            "attempt": 0,
+            "start": 0,
+            "pid": os.getpid(),
+            "world_size": 1,
+            "local_rank": 0,
+            "node_rank": 0,
+            "name": "run",
+            "checkpoint": None,
+        }
+    ]
+    assert result.metrics == {"step": 4, "loss": 0.2, "rank": 0}
+    run_path = join_uri(storage_path, "run")
+    assert result.path == run_path
+    assert result.checkpoint == Checkpoint(join_uri(run_path, "checkpoint_000004"))
+    storage = get_storage(run_path)
+    assert storage.list_dirs(run_path) == ["checkpoint_000003", "checkpoint_000004"]
+    assert [c.path for c, _ in result.best_checkpoints] == [
+        join_uri(run_path, "checkpoint_000004"),
+        join_uri(run_path, "checkpoint_000003"),
+    ]
+    with result.checkpoint.as_directory() as folder:
+        assert json.loads((Path(folder) / "rank_0.json").read_text()) == {"step": 4}
+
+
+def test_a_new_driver_resumes_from_the_latest_checkpoint(storage_path: str, tmp_path: Path) -> None:
+    log = str(tmp_path / "log")
+    _fit(counting_train, {"steps": 3, "log": log}, storage_path)
+    result = _fit(counting_train, {"steps": 6, "log": log}, storage_path)
+    starts = [(e["start"], e["checkpoint"]) for e in read_log(log) if e["event"] == "start"]
+    assert starts == [(0, None), (3, join_uri(storage_path, "run", "checkpoint_000002"))]
+    assert result.metrics is not None and result.metrics["step"] == 5
+    # Round numbers continue: the resumed run never reuses a checkpoint name.
+    assert result.checkpoint is not None
+    assert result.checkpoint.path.endswith("checkpoint_000005")
+    again = Result.from_path(join_uri(storage_path, "run"))
+    assert again.checkpoint == result.checkpoint
+
+
+def test_failure_restarts_from_checkpoint_until_max_failures(tmp_path: Path) -> None:
+    log = str(tmp_path / "log")
+    config = {"steps": 6, "log": log, "fail": {"rank": 0, "step": 3, "attempts": [0]}}
+    result = _fit(
+        counting_train, config, str(tmp_path / "s"), failure_config=FailureConfig(max_failures=1)
+    )
+    starts = [(e["attempt"], e["start"]) for e in read_log(log) if e["event"] == "start"]
+    assert starts == [(0, 0), (1, 3)]
+    assert result.restarts == 1
+    assert result.metrics is not None and result.metrics["step"] == 5
+
+    config["fail"] = {"rank": 0, "step": 2, "attempts": [0, 1]}
+    with pytest.raises(TrainingFailedError) as info:
+        _fit(
+            counting_train,
+            config,
+            str(tmp_path / "s2"),
+            name="again",
+            failure_config=FailureConfig(max_failures=1),
+        )
+    err = info.value
+    assert "injected failure at step 2" in str(err)
+    assert "max_failures=1" in str(err)
+    assert err.result is not None and err.result.checkpoint is not None
+    assert err.result.checkpoint.path.endswith("checkpoint_000001")
+
+
+def _reporting(call: Any) -> Any:
+    def train() -> None:
+        call()
+
+    return train
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            lambda: tr.report(
+                {"x": 1},
+                checkpoint=Checkpoint.from_directory(tempfile.mkdtemp()),
+                checkpoint_upload_mode="eventually",
+            ),
+            r"checkpoint_upload_mode='eventually' is not valid",
+        ),
+        (
+            lambda: tr.report({"x": 1}, checkpoint=Checkpoint.from_directory("/no/such/dir")),
+            r"checkpoint directory /no/such/dir does not exist",
+        ),
+        (
+            lambda: tr.report({"loss": torch.tensor(0.5)}),
+            r"metrics\['loss'\] is a torch.Tensor.*\.item\(\)",
+        ),
+        (lambda: tr.report({"f": open}), r"metrics\['f'\] has type builtin_function_or_method"),
+        (
+            lambda: tr.report({"x": 1}, checkpoint="/tmp"),  # type: ignore[arg-type]
+            r"must be a trainer_runtime.Checkpoint",
+        ),
+    ],
+)
+def test_bad_report_arguments_fail_the_run_with_a_clear_error(
+    tmp_path: Path, call: Any, message: str
+) -> None:
+    with pytest.raises(TrainingFailedError, match=message):
+        _fit(_reporting(call), {}, str(tmp_path))
+
+
+def test_uneven_report_counts_are_caught_at_the_end(tmp_path: Path) -> None:
+    # A single process always "agrees with itself"; the check matters for multi-worker runs
+    # and is covered there. Here: report() outside a run is a clear error.
+    with pytest.raises(RuntimeError, match=r"report\(\) was called outside a training function"):
+        tr.report({"x": 1})
+    with pytest.raises(RuntimeError, match=r"get_context\(\) was called outside"):
+        tr.get_context()
+
+
+def test_missing_score_attribute_fails_at_once_with_the_metrics_seen(tmp_path: Path) -> None:
+    with pytest.raises(
+        TrainingFailedError,
+        match=r"'val_acc'.*metrics seen: \['loss', 'rank', "
+        r"'step'\]",
+    ):
+        _fit(
+            counting_train,
+            {"steps": 3},
+            str(tmp_path),
+            checkpoint_config=CheckpointConfig(checkpoint_score_attribute="val_acc"),
+            failure_config=FailureConfig(max_failures=3),
+        )
+
+
+def test_no_upload_mode_registers_a_checkpoint_written_in_place(tmp_path: Path) -> None:
+    def train() -> None:
+        path = tr.get_context().get_storage().build_checkpoint_path_from_name("final")
+        Path(path).mkdir(parents=True)
+        (Path(path) / "w").write_text("in place")
+        tr.report(
+            {"done": 1},
+            checkpoint=Checkpoint.from_directory(path),
+            checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD,
+        )
+
+    result = _fit(train, {}, str(tmp_path))
+    assert result.checkpoint == Checkpoint(tmp_path / "run" / "final")
+    assert (tmp_path / "run" / "final" / "w").read_text() == "in place"
+
+
+def test_async_upload_failure_surfaces_and_nothing_half_uploaded_is_kept(
+    tmp_path: Path, gcs_emulator: GCSEmulator
+) -> None:
+    """A dedicated emulator is stopped mid-run: the failed upload is never committed."""
+    server = GCSEmulator(root=tmp_path / "gcs-data").start()
+    old = os.environ["STORAGE_EMULATOR_HOST"]
+    os.environ["STORAGE_EMULATOR_HOST"] = server.url
+    reset_storage_cache()
+    try:
+        bucket = server.new_bucket("flaky")
+
+        def train() -> None:
+            folder = Path(tempfile.mkdtemp())
+            (folder / "w").write_text("0")
+            tr.report({"step": 0}, checkpoint=Checkpoint.from_directory(folder))  # SYNC
+            marker = f"gs://{bucket}/runs/run/checkpoint_000000/{COMMIT_MARKER}"
+            while not get_storage(marker).exists(marker):  # committed by the controller thread
+                time.sleep(0.01)
+            server.stop()  # storage goes away
+            folder = Path(tempfile.mkdtemp())
+            (folder / "w").write_text("1")
+            tr.report(
+                {"step": 1},
+                checkpoint=Checkpoint.from_directory(folder),
+                checkpoint_upload_mode="async",
+            )
+            tr.report({"step": 2})  # raises the upload error (or fit() does at the end)
+
+        with pytest.raises(TrainingFailedError, match="upload") as info:
+            _fit(train, {}, f"gs://{bucket}/runs")
+        assert info.value.result is not None
+        assert info.value.result.checkpoint is not None
+        assert info.value.result.checkpoint.path.endswith("checkpoint_000000")
+        server.start()  # same data folder: what was stored is still there
+        run = f"gs://{bucket}/runs/run"
+        assert Result.from_path(run).checkpoint == Checkpoint(f"{run}/checkpoint_000000")
+        assert [r.name for r in Result.from_path(run).checkpoints] == ["checkpoint_000000"]
+    finally:
+        server.cleanup()
+        os.environ["STORAGE_EMULATOR_HOST"] = old
+        reset_storage_cache()

@@ -1,0 +1,210 @@
+"""The ``trainjob`` command line.
+
+Subcommands:
+
+- ``trainjob validate MANIFEST...``: check TrainJob manifests against the API models;
+- ``trainjob crd``: print the TrainJob CustomResourceDefinition;
+- ``trainjob run MANIFEST``: run a TrainJob on this machine (implemented in
+  :mod:`trainjob_operator.local_run`);
+- ``trainjob operator``: run the operator (implemented in :mod:`trainjob_operator.operator_main`).
+
+``run`` and ``operator`` import their implementation lazily so that ``validate`` and ``crd`` stay
+fast and work without Ray, kopf or a cluster. Each implementation is a function
+``(args: argparse.Namespace) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TextIO
+
+__all__ = ["build_parser", "main"]
+
+EXIT_OK = 0
+EXIT_INVALID = 2
+"""Exit status for invalid manifests, usage errors and unavailable subcommands."""
+
+
+# --------------------------------------------------------------------------- validate / crd
+
+
+def _validate_command(args: argparse.Namespace) -> int:
+    from trainjob_operator.api.models import load_documents
+
+    out: TextIO = sys.stdout
+    failed = False
+    for manifest in args.manifests:
+        try:
+            docs = load_documents(manifest if manifest == "-" else Path(manifest))
+        except (OSError, UnicodeDecodeError) as exc:
+            print(f"{manifest}: cannot read: {getattr(exc, 'strerror', None) or exc}", file=out)
+            failed = True
+            continue
+        if not docs:
+            print(f"{manifest}: no TrainJob document found", file=out)
+            failed = True
+            continue
+        multi = len(docs) > 1
+        for doc in docs:
+            where = f"{manifest}#{doc.index + 1}" if multi else manifest
+            if doc.ok and doc.trainjob is not None:
+                job = doc.trainjob
+                if not args.quiet:
+                    print(f"OK {where} ({job.kind}/{job.metadata.name})", file=out)
+                continue
+            failed = True
+            for error in doc.errors:
+                print(f"{where}: {error.format()}", file=out)
+    return EXIT_INVALID if failed else EXIT_OK
+
+
+def _crd_command(args: argparse.Namespace) -> int:
+    from trainjob_operator.api.crd import render_crd_yaml
+
+    sys.stdout.write(render_crd_yaml())
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- run / operator
+# Implemented elsewhere; imported only when the subcommand runs.
+
+
+def _lazy(target: str, what: str, extra: str) -> Callable[[argparse.Namespace], int]:
+    """A command that imports ``module:function`` when called and delegates to it."""
+
+    def command(args: argparse.Namespace) -> int:
+        module_name, _, func_name = target.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+            func: Callable[[argparse.Namespace], int] = getattr(module, func_name)
+        except ImportError as exc:
+            missing_dependency = getattr(exc, "name", None) not in (None, module_name)
+            install = (
+                f"; install 'trainjob-operator[{extra}]'" if extra and missing_dependency else ""
+            )
+            print(f"trainjob {what}: not available ({exc}){install}", file=sys.stderr)
+            return EXIT_INVALID
+        except AttributeError:
+            print(f"trainjob {what}: not available ({target} is missing)", file=sys.stderr)
+            return EXIT_INVALID
+        return int(func(args))
+
+    return command
+
+
+def _add_run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "run",
+        help="run a TrainJob on this machine (embedded local Ray)",
+        description=(
+            "Run the TrainJob's train function on an embedded local Ray: workers as actors, "
+            "checkpoints in spec.storage.path (or a local folder), validation as Ray tasks. "
+            "The manifest is the same one you apply to a cluster."
+        ),
+    )
+    parser.add_argument("manifest", help="TrainJob YAML file ('-' for stdin)")
+    parser.add_argument(
+        "--num-workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="override spec.scaling.numWorkers (0 runs in this process, without Ray workers)",
+    )
+    parser.add_argument(
+        "--storage-path",
+        default=None,
+        metavar="PATH",
+        help="override spec.storage.path (an absolute path or gs://bucket/prefix)",
+    )
+    parser.set_defaults(func=_lazy("trainjob_operator.local_run:run_command", "run", "runtime"))
+
+
+def _add_operator_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "operator",
+        help="run the TrainJob operator (kopf) against the current cluster",
+        description=(
+            "Watch TrainJobs and reconcile their Ray head, workers, validation pool and status. "
+            "Uses the in-cluster config, or the current kubeconfig context outside a cluster."
+        ),
+    )
+    parser.add_argument(
+        "--namespace",
+        "-n",
+        action="append",
+        default=None,
+        metavar="NS",
+        help="watch only this namespace (repeatable); default: all namespaces",
+    )
+    parser.add_argument(
+        "--liveness",
+        default="http://0.0.0.0:8080/healthz",
+        metavar="URL",
+        help="liveness endpoint (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=9090,
+        metavar="PORT",
+        help="port of the Prometheus metrics endpoint, 0 to disable (default: %(default)s)",
+    )
+    parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    parser.set_defaults(
+        func=_lazy("trainjob_operator.operator_main:operator_command", "operator", "")
+    )
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``trainjob`` argument parser (all subcommands)."""
+    parser = argparse.ArgumentParser(
+        prog="trainjob",
+        description="Distributed training on Ray as a Kubernetes resource (TrainJob).",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    validate = sub.add_parser(
+        "validate",
+        help="check TrainJob manifests",
+        description=(
+            "Validate TrainJob manifests (multi-document YAML allowed) against the API: "
+            "prints 'OK FILE (TrainJob/NAME)' per valid document and one line per problem "
+            "('FILE: FIELD: MESSAGE (hint: ...)'). Exit status 2 when anything is invalid."
+        ),
+    )
+    validate.add_argument("manifests", nargs="+", metavar="MANIFEST", help="YAML file or '-'")
+    validate.add_argument("--quiet", "-q", action="store_true", help="print only problems")
+    validate.set_defaults(func=_validate_command)
+
+    crd = sub.add_parser(
+        "crd",
+        help="print the TrainJob CustomResourceDefinition",
+        description="Print the TrainJob CRD YAML (pipe it to 'kubectl apply -f -').",
+    )
+    crd.set_defaults(func=_crd_command)
+
+    _add_run_parser(sub)
+    _add_operator_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``trainjob`` command; returns the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits on --help (0) and usage errors (2)
+        return int(exc.code) if isinstance(exc.code, int) else EXIT_INVALID
+    func: Callable[[argparse.Namespace], int] = args.func
+    return func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
