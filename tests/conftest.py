@@ -6,6 +6,10 @@ Both are session-scoped: each starts once and is shared by the tests that ask fo
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,23 +49,53 @@ def gcs_emulator() -> Iterator[GCSEmulator]:
 
 @pytest.fixture(scope="session")
 def ray_cluster(gcs_emulator: GCSEmulator) -> Iterator[Any]:
-    """A real local Ray cluster (head only; 6 logical CPUs, 2 ``validation`` slots).
+    """A real local Ray cluster: a head node with 6 logical CPUs and no validation slots.
 
     Started after the GCS emulator so that workers inherit STORAGE_EMULATOR_HOST.
     """
     import ray
 
-    ray.init(
-        num_cpus=6,
-        resources={"validation": 2},
-        include_dashboard=False,
-        log_to_driver=True,
-        configure_logging=False,
-    )
+    ray.init(num_cpus=6, include_dashboard=False, log_to_driver=True, configure_logging=False)
     try:
         yield ray
     finally:
         ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def ray_validation_node(ray_cluster: Any) -> Iterator[str]:
+    """A second Ray node (``ray start``) that alone advertises ``{"validation": 2}``.
+
+    Yields its node id, so tests can check where validation tasks ran.
+    """
+    import ray
+
+    address = ray.get_runtime_context().gcs_address
+    ray_bin = Path(sys.executable).with_name("ray")
+    proc = subprocess.Popen(
+        [str(ray_bin), "start", f"--address={address}", "--num-cpus=2",
+         '--resources={"validation": 2}', "--block", "--disable-usage-stats"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    node_id = None
+    while node_id is None:
+        for node in ray.nodes():
+            if node["Alive"] and node["Resources"].get("validation"):
+                node_id = node["NodeID"]
+        if node_id is None:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError("the validation Ray node did not join the cluster")
+            time.sleep(0.5)
+    try:
+        yield node_id
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from typing import Any
 
 from trainer_runtime._coordinator import RunCoordinator
 from trainer_runtime._events import WorkerFinishedEvent
+from trainer_runtime._validation import BaseValidationDispatcher, mark_lost_validations
 from trainer_runtime.backend import Backend
 from trainer_runtime.callbacks import call_all
 from trainer_runtime.checkpoint_manager import CheckpointManager
@@ -53,6 +54,13 @@ class BaseController:
         self.coordinator = RunCoordinator(self.manager, self.storage, run.callbacks)
         self.failures = 0
         self.attempt = 0
+        self.validator: BaseValidationDispatcher | None = None
+
+    def _make_validator(self) -> BaseValidationDispatcher:
+        from trainer_runtime._validation import ThreadValidationDispatcher
+
+        assert self.spec.run.validation_config is not None
+        return ThreadValidationDispatcher(self.coordinator, self.spec.run.validation_config)
 
     def result(self, error: BaseException | None = None) -> Result:
         """The current outcome as a :class:`Result`."""
@@ -72,10 +80,13 @@ class BaseController:
     def run(self) -> Result:
         """Run attempts until one succeeds or FailureConfig is exhausted."""
         self.manager.restore()
+        mark_lost_validations(self.coordinator)
         latest = self.manager.latest
         if latest is not None:
             logger.info("Resuming run %s from checkpoint %s", self.run_path, latest.path)
         self._before_run()
+        self.validator = self._make_validator()
+        self.coordinator.validator = self.validator
         try:
             while True:
                 try:
@@ -104,6 +115,7 @@ class BaseController:
                     self.attempt += 1
         finally:
             self._after_run()
+            self.validator.close()
         result = self.result()
         call_all(self.spec.run.callbacks, "on_run_end", result, None)
         return result
@@ -138,7 +150,11 @@ class BaseController:
         pass
 
     def _after_success(self) -> None:
-        pass
+        assert self.validator is not None and self.spec.run.validation_config is not None
+        pending, running = self.validator.demand()
+        if self.spec.run.validation_config.wait_for_validations and (pending or running):
+            logger.info("Training finished; waiting for %d validation(s)", pending + running)
+            self.validator.wait()
 
     def _after_run(self) -> None:
         pass
@@ -152,11 +168,16 @@ def _limit(max_failures: int) -> str:
 
 
 def _ensure_ray() -> None:
+    """Connect to ``RAY_ADDRESS``, or start a local Ray that also has validation slots."""
     import ray
 
-    if not ray.is_initialized():
-        address = os.environ.get("RAY_ADDRESS")
-        ray.init(address=address or None, log_to_driver=True)
+    if ray.is_initialized():
+        return
+    address = os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, log_to_driver=True)
+    else:
+        ray.init(resources={"validation": 2.0}, log_to_driver=True)
 
 
 class RayController(BaseController):
@@ -212,6 +233,14 @@ class RayController(BaseController):
                 logger.debug("backend shutdown failed: %s", exc)
             group.shutdown()
             time.sleep(0)  # let Ray process the kills before a restart asks for resources
+
+    def _make_validator(self) -> BaseValidationDispatcher:
+        from trainer_runtime._validation import RayValidationDispatcher
+
+        _ensure_ray()
+        config = self.spec.run.validation_config
+        assert config is not None
+        return RayValidationDispatcher(self.coordinator, config)
 
     def _consume_events(self, group: Any) -> None:
         """Apply every worker's events until all train functions finished."""

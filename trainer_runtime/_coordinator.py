@@ -27,7 +27,12 @@ from trainer_runtime._events import (
 from trainer_runtime.callbacks import Callback, call_all
 from trainer_runtime.checkpoint import COMMIT_MARKER
 from trainer_runtime.checkpoint_manager import CheckpointManager, CheckpointRecord
-from trainer_runtime.errors import CheckpointUploadError, UserConfigError, WorkerGroupError
+from trainer_runtime.errors import (
+    CheckpointUploadError,
+    StorageError,
+    UserConfigError,
+    WorkerGroupError,
+)
 from trainer_runtime.storage import Storage, join_uri
 from trainer_runtime.storage.base import uri_name
 
@@ -197,10 +202,13 @@ class RunCoordinator:
             from trainer_runtime.checkpoint_manager import CheckpointStatus
 
             record.status = CheckpointStatus.PENDING_VALIDATION
-        self.storage.write_bytes(
-            join_uri(uri, COMMIT_MARKER), json.dumps(record.to_json()).encode()
-        )
-        self.manager.register(record)
+        try:
+            self.storage.write_bytes(
+                join_uri(uri, COMMIT_MARKER), json.dumps(record.to_json()).encode()
+            )
+            self.manager.register(record)
+        except (StorageError, OSError) as exc:
+            raise WorkerGroupError(f"committing checkpoint {uri} failed: {exc}") from exc
         logger.info("Committed checkpoint %s (round %d)", uri, rnd.index)
         call_all(self.callbacks, "on_checkpoint", record, self.manager.best())
         if validate is not None:

@@ -26,7 +26,7 @@ from trainer_runtime import (
     ScalingConfig,
     TrainingFailedError,
 )
-from trainer_runtime.checkpoint import COMMIT_MARKER
+from trainer_runtime.checkpoint_manager import MANIFEST_FILE
 from trainer_runtime.storage import get_storage, join_uri
 from trainer_runtime.storage.factory import reset_storage_cache
 
@@ -205,6 +205,13 @@ def test_no_upload_mode_registers_a_checkpoint_written_in_place(tmp_path: Path) 
     assert (tmp_path / "run" / "final" / "w").read_text() == "in place"
 
 
+def _read_or_empty(uri: str) -> bytes:
+    try:
+        return get_storage(uri).read_bytes(uri)
+    except FileNotFoundError:
+        return b""
+
+
 def test_async_upload_failure_surfaces_and_nothing_half_uploaded_is_kept(
     tmp_path: Path, gcs_emulator: GCSEmulator
 ) -> None:
@@ -220,9 +227,9 @@ def test_async_upload_failure_surfaces_and_nothing_half_uploaded_is_kept(
             folder = Path(tempfile.mkdtemp())
             (folder / "w").write_text("0")
             tr.report({"step": 0}, checkpoint=Checkpoint.from_directory(folder))  # SYNC
-            marker = f"gs://{bucket}/runs/run/checkpoint_000000/{COMMIT_MARKER}"
-            while not get_storage(marker).exists(marker):  # committed by the controller thread
-                time.sleep(0.01)
+            manifest = f"gs://{bucket}/runs/run/{MANIFEST_FILE}"
+            while b"checkpoint_000000" not in _read_or_empty(manifest):  # committed by the
+                time.sleep(0.01)  # controller thread
             server.stop()  # storage goes away
             folder = Path(tempfile.mkdtemp())
             (folder / "w").write_text("1")

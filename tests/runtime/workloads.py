@@ -146,3 +146,69 @@ def mismatched_checkpoint_names() -> None:
         checkpoint=Checkpoint.from_directory(folder),
         checkpoint_dir_name=f"ckpt_rank{rank}",
     )
+
+
+def score_validation(checkpoint: Checkpoint, config: dict[str, Any]) -> dict[str, Any]:
+    """A validate_fn: val_loss is smallest at ``best_step``; logs start/end for overlap checks."""
+    with checkpoint.as_directory() as folder:
+        step = json.loads((Path(folder) / "rank_0.json").read_text())["step"]
+    node_id = None
+    try:
+        import ray
+
+        if ray.is_initialized():
+            node_id = ray.get_runtime_context().get_node_id()
+    except ImportError:  # pragma: no cover
+        pass
+    start = time.time()
+    if step in config.get("hang_on", []):
+        time.sleep(600)
+    time.sleep(config.get("sleep", 0.0))
+    if step in config.get("fail_on", []):
+        raise ValueError(f"validation data for step {step} is corrupt")
+    if config.get("log"):
+        with open(config["log"], "a") as fh:
+            fh.write(
+                json.dumps(
+                    {
+                        "step": step,
+                        "start": start,
+                        "end": time.time(),
+                        "node_id": node_id,
+                        "pid": os.getpid(),
+                        "path": checkpoint.path,
+                    }
+                )
+                + "\n"
+            )
+    return {
+        "val_loss": float(abs(step - config.get("best_step", 0))),
+        "val_step": step,
+        "node_id": node_id,
+    }
+
+
+def validating_train(config: dict[str, Any]) -> None:
+    """Report a checkpoint every step with ``score_validation`` as its validate_fn."""
+    rank = tr.get_context().get_world_rank()
+    for step in range(config["steps"]):
+        folder = Path(tempfile.mkdtemp(prefix="ckpt_"))
+        (folder / f"rank_{rank}.json").write_text(json.dumps({"step": step}))
+        tr.report(
+            {"step": step, "loss": 1.0 / (step + 1)},
+            checkpoint=Checkpoint.from_directory(folder),
+            checkpoint_upload_mode="async",
+            validate_fn=score_validation,
+            validate_config=config["validate"],
+        )
+        time.sleep(config.get("sleep", 0.0))
+
+
+def max_overlap(entries: list[dict[str, Any]]) -> int:
+    """The largest number of [start, end] intervals that overlap at one time."""
+    points = sorted([(e["start"], 1) for e in entries] + [(e["end"], -1) for e in entries])
+    best = current = 0
+    for _, delta in points:
+        current += delta
+        best = max(best, current)
+    return best
