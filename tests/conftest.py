@@ -55,7 +55,8 @@ def ray_cluster(gcs_emulator: GCSEmulator) -> Iterator[Any]:
     """
     import ray
 
-    ray.init(num_cpus=6, include_dashboard=False, log_to_driver=True, configure_logging=False)
+    ray.init(address="local", num_cpus=6, include_dashboard=False, log_to_driver=True,
+             configure_logging=False)
     try:
         yield ray
     finally:

@@ -177,7 +177,7 @@ def _ensure_ray() -> None:
     if address:
         ray.init(address=address, log_to_driver=True)
     else:
-        ray.init(resources={"validation": 2.0}, log_to_driver=True)
+        ray.init(address="local", resources={"validation": 2.0}, log_to_driver=True)
 
 
 class RayController(BaseController):

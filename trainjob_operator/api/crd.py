@@ -169,7 +169,9 @@ def _convert(node: dict[str, Any], defs: dict[str, Any], where: str, stack: tupl
             if value in _KNOWN_FORMATS:
                 out["format"] = value
         elif key == "default":
-            if _is_scalar(value):
+            # Kubernetes 1.20 reads an empty-string default as null and rejects it on a
+            # non-nullable string, so such defaults are left to the models.
+            if _is_scalar(value) and value != "":
                 out["default"] = value
         elif key == "anyOf":
             out["anyOf"] = copy.deepcopy(_INT_OR_STRING_ANYOF)

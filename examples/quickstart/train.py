@@ -1,0 +1,97 @@
+"""The quickstart model: a small MLP classifying two interleaved spirals, trained with DDP.
+
+Used by ``examples/quickstart.yaml`` (``trainjob run``) and ``examples/torch_quickstart.py``
+(the Python API). Resumable: a restarted run continues from the latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import trainer_runtime as tr
+from trainer_runtime import Checkpoint, CheckpointUploadMode
+from trainer_runtime.torch import get_device, prepare_data_loader, prepare_model
+
+
+def make_spirals(n: int, seed: int) -> TensorDataset:
+    """Two interleaved spirals with a little noise: a task a linear model cannot solve."""
+    g = torch.Generator().manual_seed(seed)
+    t = torch.rand(n, generator=g) * 3 * math.pi + 0.5
+    label = torch.randint(0, 2, (n,), generator=g)
+    angle = t + label * math.pi
+    x = torch.stack([t * torch.cos(angle), t * torch.sin(angle)], dim=1) / 10
+    x = x + 0.02 * torch.randn(n, 2, generator=g)
+    return TensorDataset(x, label)
+
+
+def make_model() -> nn.Module:
+    """A 2-64-64-2 MLP."""
+    return nn.Sequential(nn.Linear(2, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
+                         nn.Linear(64, 2))
+
+
+def train_func(config: dict[str, Any]) -> None:
+    """Train for ``config['epochs']`` epochs; checkpoint and validate after every epoch."""
+    epochs = int(config.get("epochs", 3))
+    lr = float(config.get("lr", 0.05))
+    batch_size = int(config.get("batch_size", 64))
+    loader = prepare_data_loader(DataLoader(make_spirals(8192, seed=0), batch_size=batch_size,
+                                            shuffle=True))
+    model = make_model()
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr / 10)
+    start_epoch = 0
+    checkpoint = tr.get_checkpoint()
+    if checkpoint is not None:  # resume
+        with checkpoint.as_directory() as folder:
+            state = torch.load(Path(folder) / "state.pt", map_location="cpu")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start_epoch = state["epoch"] + 1
+    model = prepare_model(model)
+    rank = tr.get_context().get_world_rank()
+    for epoch in range(start_epoch, epochs):
+        total, count = 0.0, 0
+        for x, y in loader:
+            loss = nn.functional.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            total += loss.item() * len(x)
+            count += len(x)
+        ckpt = None
+        if rank == 0:  # one copy of the weights; every rank still calls report()
+            folder = Path(tempfile.mkdtemp(prefix="quickstart_"))
+            module = model.module if hasattr(model, "module") else model
+            torch.save({"model": module.state_dict(), "optimizer": optimizer.state_dict(),
+                        "epoch": epoch}, folder / "state.pt")
+            ckpt = Checkpoint.from_directory(folder)
+        tr.report(
+            {"epoch": epoch, "train_loss": total / max(count, 1)},
+            checkpoint=ckpt,
+            checkpoint_upload_mode=CheckpointUploadMode(config.get("upload_mode", "async")),
+            validate_fn=validate_func if ckpt is not None and config.get("validate", True)
+            else None,
+            validate_config={"samples": int(config.get("val_samples", 2048))},
+        )
+
+
+def validate_func(checkpoint: Checkpoint, config: dict[str, Any]) -> dict[str, Any]:
+    """Score a committed checkpoint on held-out spirals: ``val_loss`` and ``val_accuracy``."""
+    data = make_spirals(int(config.get("samples", 2048)), seed=1)
+    model = make_model()
+    with checkpoint.as_directory() as folder:
+        state = torch.load(Path(folder) / "state.pt", map_location="cpu")
+    model.load_state_dict(state["model"])
+    model.to(get_device()).eval()
+    with torch.no_grad():
+        logits = model(data.tensors[0])
+        loss = nn.functional.cross_entropy(logits, data.tensors[1]).item()
+        accuracy = (logits.argmax(1) == data.tensors[1]).float().mean().item()
+    return {"val_loss": loss, "val_accuracy": accuracy}

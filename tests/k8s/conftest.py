@@ -1,0 +1,89 @@
+"""Fixtures for tests against a real kube-apiserver + etcd (:mod:`trainjob_operator.testing`).
+
+The binaries are provisioned once, right after collection and before any test runs (building
+them takes minutes, longer than the per-test timeout), and only when a test of this folder was
+selected. Set ``TRAINJOB_SKIP_K8S_TESTS=1`` to skip these tests instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from trainjob_operator.testing import EnvTest, EnvTestError, ensure_assets
+
+SKIP_ENV = "TRAINJOB_SKIP_K8S_TESTS"
+_HERE = Path(__file__).resolve().parent
+_provisioned: Path | None = None
+_provision_error: str | None = None
+
+
+def _skipped() -> bool:
+    return os.environ.get(SKIP_ENV) == "1"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Provision kube-apiserver/etcd outside of any test's timeout, with live output."""
+    global _provisioned, _provision_error
+    if session.config.option.collectonly or _skipped():
+        return
+    if not any(_HERE in Path(str(item.path)).resolve().parents for item in session.items):
+        return
+    capman = session.config.pluginmanager.getplugin("capturemanager")
+    live = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
+    with live:
+        try:
+            _provisioned = ensure_assets()
+        except EnvTestError as e:
+            _provision_error = str(e)
+
+
+@pytest.fixture(scope="session")
+def envtest() -> Iterator[EnvTest]:
+    """One etcd + kube-apiserver (+ kube-controller-manager) for the whole session."""
+    if _skipped():
+        pytest.skip(f"{SKIP_ENV}=1")
+    if _provision_error is not None:
+        pytest.fail(f"provisioning kube-apiserver/etcd failed:\n{_provision_error}", pytrace=False)
+    assets = _provisioned or ensure_assets()
+    with EnvTest(assets) as env:
+        yield env
+
+
+@pytest.fixture
+def k8s_api(envtest: EnvTest) -> Iterator[client.ApiClient]:
+    """An admin ``kubernetes.client.ApiClient``."""
+    api = envtest.api_client()
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+def _namespace_name(test_name: str) -> str:
+    base = re.sub(r"[^a-z0-9-]+", "-", test_name.lower()).strip("-")[:40].strip("-")
+    return f"{base or 'test'}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def k8s_namespace(request: pytest.FixtureRequest, k8s_api: client.ApiClient) -> Iterator[str]:
+    """A new namespace named after the test; deleted afterwards."""
+    core = client.CoreV1Api(k8s_api)
+    name = _namespace_name(request.node.name)
+    core.create_namespace(
+        client.V1Namespace(
+            metadata=client.V1ObjectMeta(name=name, labels={"trainjob.dev/test": "true"})
+        )
+    )
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(client.ApiException):
+            core.delete_namespace(name)
