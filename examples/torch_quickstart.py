@@ -18,13 +18,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `examples` im
 
 import ray
 
-from examples.quickstart.train import train_func
+from examples.quickstart.train import train_func, validate_func
 from trainer_runtime import (
     CheckpointConfig,
     FailureConfig,
     RunConfig,
     ScalingConfig,
     TrainingFailedError,
+    ValidationConfig,
 )
 from trainer_runtime.torch import TorchTrainer
 
@@ -37,8 +38,13 @@ def main() -> int:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
 
-    ray.init(address="local", num_cpus=4, resources={"validation": 2}, include_dashboard=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parent.parent)}})
+    ray.init(
+        address="local",
+        num_cpus=4,
+        resources={"validation": 2},
+        include_dashboard=False,
+        runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parent.parent)}},
+    )
     trainer = TorchTrainer(
         train_func,
         train_loop_config={"epochs": args.epochs, "lr": 0.05, "batch_size": 64},
@@ -46,10 +52,17 @@ def main() -> int:
         run_config=RunConfig(
             name=args.name,
             storage_path=args.storage_path,
-            checkpoint_config=CheckpointConfig(num_to_keep=2,
-                                               checkpoint_score_attribute="val_loss",
-                                               checkpoint_score_order="min"),
+            checkpoint_config=CheckpointConfig(
+                num_to_keep=2, checkpoint_score_attribute="val_loss", checkpoint_score_order="min"
+            ),
             failure_config=FailureConfig(max_failures=2),
+            # report() calls without an explicit mode upload in the background...
+            checkpoint_upload_mode="async",
+            # ...and every checkpoint is scored by validate_func as a Ray task on the
+            # "validation" resource, off the training workers.
+            validation_config=ValidationConfig(
+                validate_fn=validate_func, validate_config={"samples": 2048}
+            ),
         ),
     )
     try:

@@ -39,7 +39,7 @@ def report(
     metrics: dict[str, Any],
     checkpoint: Checkpoint | None = None,
     checkpoint_dir_name: str | None = None,
-    checkpoint_upload_mode: CheckpointUploadMode | str = CheckpointUploadMode.SYNC,
+    checkpoint_upload_mode: CheckpointUploadMode | str | None = None,
     delete_local_checkpoint_after_upload: bool | None = None,
     validate_fn: Callable[[Checkpoint, dict[str, Any]], dict[str, Any]] | None = None,
     validate_config: dict[str, Any] | None = None,
@@ -51,9 +51,11 @@ def report(
     rank's files go into the same folder ``checkpoint_dir_name`` (default
     ``checkpoint_<round>``) in the run's storage.
 
-    * ``SYNC`` uploads before returning; ``ASYNC`` returns after handing the
-      folder to a background uploader (bounded queue: it blocks only when
-      uploads fall behind); ``NO_UPLOAD`` registers a checkpoint already in storage.
+    * ``checkpoint_upload_mode`` defaults to ``RunConfig.checkpoint_upload_mode``,
+      itself ``SYNC`` by default (as in Ray Train). ``SYNC`` uploads before
+      returning; ``ASYNC`` returns after handing the folder to a background
+      uploader (bounded queue: it blocks only when uploads fall behind);
+      ``NO_UPLOAD`` registers a checkpoint already in its storage location.
     * ``delete_local_checkpoint_after_upload`` defaults to True for ASYNC.
     * An earlier failed ASYNC upload is raised here.
     * ``validate_fn(checkpoint, validate_config) -> dict`` runs once the

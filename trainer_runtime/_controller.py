@@ -87,6 +87,12 @@ class BaseController:
         self._before_run()
         self.validator = self._make_validator()
         self.coordinator.validator = self.validator
+        validation = self.spec.run.validation_config
+        if validation is not None and validation.validate_fn is not None:
+            self.coordinator.default_validation = (
+                validation.validate_fn,
+                validation.validate_config,
+            )
         try:
             while True:
                 try:
@@ -213,6 +219,7 @@ class RayController(BaseController):
                         ),
                         latest.path if latest else None,
                         offset,
+                        spec.run.checkpoint_upload_mode,
                     )
                     for w in group.workers
                 ]

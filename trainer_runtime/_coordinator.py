@@ -74,6 +74,8 @@ class RunCoordinator:
         self.storage = storage
         self.callbacks = callbacks or []
         self.validator: ValidationDispatcher | None = None
+        #: (validate_fn, validate_config) for checkpoints reported without a validate_fn.
+        self.default_validation: tuple[Any, dict[str, Any] | None] | None = None
         self.latest_metrics: dict[str, Any] | None = None
         self.reports_seen = 0
         self.bytes_uploaded = 0
@@ -198,6 +200,8 @@ class RunCoordinator:
             ),
             None,
         )
+        if validate is None and self.default_validation is not None:
+            validate = self.default_validation
         if validate is not None and self.validator is not None:
             from trainer_runtime.checkpoint_manager import CheckpointStatus
 

@@ -187,6 +187,7 @@ class LocalController(BaseController):
                 latest.checkpoint if latest else None,
                 offset,
                 health_check=consumer.health_check,
+                default_upload_mode=spec.run.checkpoint_upload_mode,
             )
             run_train_fn(session, spec.train_fn, spec.train_config)
             consumer.wait_all_finished()
@@ -253,6 +254,7 @@ class LocalController(BaseController):
                 latest.checkpoint if latest else None,
                 offset,
                 health_check=consumer.health_check,
+                default_upload_mode=self.spec.run.checkpoint_upload_mode,
             )
             run_train_fn(session, self.spec.train_fn, self.spec.train_config)
             consumer.wait_all_finished(timeout=None if consumer.error is None else 30.0)
@@ -287,7 +289,13 @@ class LocalController(BaseController):
         sender = _StoreSender(store, prefix, ranks.world_rank)
         try:
             latest = Checkpoint(start["latest"]) if start["latest"] else None
-            session = TrainSession(context, sender.put, latest, int(start["offset"]))
+            session = TrainSession(
+                context,
+                sender.put,
+                latest,
+                int(start["offset"]),
+                default_upload_mode=self.spec.run.checkpoint_upload_mode,
+            )
             run_train_fn(session, self.spec.train_fn, self.spec.train_config)
         finally:
             sender.close()

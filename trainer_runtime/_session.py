@@ -49,6 +49,7 @@ class TrainSession:
         round_offset: int,
         health_check: Callable[[], None] | None = None,
         max_pending_uploads: int | None = None,
+        default_upload_mode: str | None = None,
     ) -> None:
         self.context = context
         self.run_path = context.get_run_path()
@@ -60,6 +61,7 @@ class TrainSession:
         self._max_pending = max_pending_uploads or int(
             os.environ.get("TRAINJOB_MAX_PENDING_UPLOADS", "2")
         )
+        self.default_upload_mode = default_upload_mode or CheckpointUploadMode.SYNC.value
         self._uploader: AsyncUploader | None = None
         self._lock = threading.Lock()
 
@@ -69,7 +71,7 @@ class TrainSession:
         metrics: dict[str, Any],
         checkpoint: Checkpoint | None = None,
         checkpoint_dir_name: str | None = None,
-        checkpoint_upload_mode: CheckpointUploadMode | str = CheckpointUploadMode.SYNC,
+        checkpoint_upload_mode: CheckpointUploadMode | str | None = None,
         delete_local_checkpoint_after_upload: bool | None = None,
         validate_fn: Callable[..., Any] | None = None,
         validate_config: dict[str, Any] | None = None,
@@ -81,7 +83,11 @@ class TrainSession:
             self._uploader.raise_if_failed()
         clean_metrics = validate_metrics(metrics)
         try:
-            mode = CheckpointUploadMode.parse(checkpoint_upload_mode)
+            mode = CheckpointUploadMode.parse(
+                checkpoint_upload_mode
+                if checkpoint_upload_mode is not None
+                else self.default_upload_mode
+            )
         except ValueError as exc:
             raise ReportError(f"report(): {exc}") from None
         if checkpoint is not None and not isinstance(checkpoint, Checkpoint):

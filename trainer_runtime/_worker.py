@@ -109,6 +109,7 @@ class TrainWorker:
         context: TrainContext,
         latest_checkpoint: str | None,
         round_offset: int,
+        default_upload_mode: str | None = None,
     ) -> None:
         """Start the train function in a thread and return."""
         session = TrainSession(
@@ -116,6 +117,7 @@ class TrainWorker:
             self._events.put,
             Checkpoint(latest_checkpoint) if latest_checkpoint else None,
             round_offset,
+            default_upload_mode=default_upload_mode,
         )
         self._thread = threading.Thread(
             target=run_train_fn, args=(session, fn, config), name="train-fn", daemon=True

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from trainer_runtime.callbacks import Callback
@@ -145,6 +146,10 @@ class ValidationConfig:
     num_cpus: float = 1.0
     #: Whether ``fit()`` waits for pending validations before returning.
     wait_for_validations: bool = True
+    #: Validation applied to every checkpoint whose ``report()`` gave no ``validate_fn``
+    #: (how a TrainJob's ``spec.validation.entrypoint`` takes effect).
+    validate_fn: Callable[..., Any] | None = None
+    validate_config: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.max_concurrent_validations < 1:
@@ -180,6 +185,8 @@ class RunConfig:
     callbacks: list[Callback] = field(default_factory=list)
     #: Extra environment variables set in every worker process.
     worker_env: dict[str, str] = field(default_factory=dict)
+    #: Upload mode of ``report()`` calls that pass none (default: SYNC, as in Ray Train).
+    checkpoint_upload_mode: str | None = None
 
     def __post_init__(self) -> None:
         if self.name is None:
@@ -196,6 +203,12 @@ class RunConfig:
         self.failure_config = self.failure_config or FailureConfig()
         self.checkpoint_config = self.checkpoint_config or CheckpointConfig()
         self.validation_config = self.validation_config or ValidationConfig()
+        if self.checkpoint_upload_mode is not None:
+            from trainer_runtime.checkpoint import CheckpointUploadMode
+
+            self.checkpoint_upload_mode = CheckpointUploadMode.parse(
+                self.checkpoint_upload_mode
+            ).value
 
     @property
     def run_path(self) -> str:

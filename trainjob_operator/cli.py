@@ -120,6 +120,13 @@ def _add_run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="PATH",
         help="override spec.storage.path (an absolute path or gs://bucket/prefix)",
     )
+    parser.add_argument(
+        "--output",
+        "-o",
+        default=None,
+        metavar="FILE",
+        help="also write the final TrainJob status to FILE (.json for JSON, else YAML)",
+    )
     parser.set_defaults(func=_lazy("trainjob_operator.local_run:run_command", "run", "runtime"))
 
 

@@ -16,7 +16,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import trainer_runtime as tr
-from trainer_runtime import Checkpoint, CheckpointUploadMode
+from trainer_runtime import Checkpoint
 from trainer_runtime.torch import get_device, prepare_data_loader, prepare_model
 
 
@@ -33,8 +33,9 @@ def make_spirals(n: int, seed: int) -> TensorDataset:
 
 def make_model() -> nn.Module:
     """A 2-64-64-2 MLP."""
-    return nn.Sequential(nn.Linear(2, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
-                         nn.Linear(64, 2))
+    return nn.Sequential(
+        nn.Linear(2, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 2)
+    )
 
 
 def train_func(config: dict[str, Any]) -> None:
@@ -42,8 +43,9 @@ def train_func(config: dict[str, Any]) -> None:
     epochs = int(config.get("epochs", 3))
     lr = float(config.get("lr", 0.05))
     batch_size = int(config.get("batch_size", 64))
-    loader = prepare_data_loader(DataLoader(make_spirals(8192, seed=0), batch_size=batch_size,
-                                            shuffle=True))
+    loader = prepare_data_loader(
+        DataLoader(make_spirals(8192, seed=0), batch_size=batch_size, shuffle=True)
+    )
     model = make_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=lr / 10)
     start_epoch = 0
@@ -69,17 +71,15 @@ def train_func(config: dict[str, Any]) -> None:
         if rank == 0:  # one copy of the weights; every rank still calls report()
             folder = Path(tempfile.mkdtemp(prefix="quickstart_"))
             module = model.module if hasattr(model, "module") else model
-            torch.save({"model": module.state_dict(), "optimizer": optimizer.state_dict(),
-                        "epoch": epoch}, folder / "state.pt")
+            torch.save(
+                {"model": module.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
+                folder / "state.pt",
+            )
             ckpt = Checkpoint.from_directory(folder)
-        tr.report(
-            {"epoch": epoch, "train_loss": total / max(count, 1)},
-            checkpoint=ckpt,
-            checkpoint_upload_mode=CheckpointUploadMode(config.get("upload_mode", "async")),
-            validate_fn=validate_func if ckpt is not None and config.get("validate", True)
-            else None,
-            validate_config={"samples": int(config.get("val_samples", 2048))},
-        )
+        # Upload mode and validation come from the run's configuration (the TrainJob's
+        # spec.checkpoint.uploadMode and spec.validation), so this call stays the same
+        # everywhere; pass checkpoint_upload_mode=/validate_fn= here to override them.
+        tr.report({"epoch": epoch, "train_loss": total / max(count, 1)}, checkpoint=ckpt)
 
 
 def validate_func(checkpoint: Checkpoint, config: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,123 @@
+"""``trainjob run`` end to end, as a user runs it (a subprocess from the project root)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import REPO_ROOT
+
+QUICKSTART = REPO_ROOT / "examples" / "quickstart.yaml"
+
+
+def failing_train(config: dict[str, Any]) -> None:
+    """A train function with a bug (used as an entrypoint below)."""
+    import trainer_runtime as tr
+
+    tr.report({"step": 0})
+    raise ZeroDivisionError("the user's bug")
+
+
+def _trainjob(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS", "RANK"))}
+    env["RAY_AUTH_MODE"] = "disabled"
+    return subprocess.run(
+        [sys.executable, "-m", "trainjob_operator.cli", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _manifest(tmp_path: Path, **spec_updates: Any) -> Path:
+    doc = yaml.safe_load(QUICKSTART.read_text())
+    doc["spec"]["config"]["epochs"] = 2
+    doc["spec"]["storage"]["path"] = str(tmp_path / "storage")
+    for key, value in spec_updates.items():
+        doc["spec"][key] = value
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.mark.ray
+def test_quickstart_runs_on_embedded_ray_with_validation(tmp_path: Path) -> None:
+    out = tmp_path / "status.json"
+    proc = _trainjob("run", str(_manifest(tmp_path)), "--output", str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "started 2 worker(s)" in proc.stdout
+    assert "checkpoint checkpoint_000001: validated" in proc.stdout
+    status = json.loads(out.read_text())["status"]
+    assert status["phase"] == "Succeeded"
+    assert status["workers"] == {"ready": 2, "desired": 2}
+    assert status["progress"]["step"] == 1  # epochs 0 and 1
+    assert status["validations"] == {"pending": 0, "running": 0, "done": 2, "failed": 0}
+    assert "val_loss" in status["bestCheckpoint"]["metrics"]
+    assert status["bestCheckpoint"]["score"] == status["bestCheckpoint"]["metrics"]["val_loss"]
+    run = tmp_path / "storage" / "quickstart"
+    assert status["latestCheckpoint"]["path"] == str(run / "checkpoint_000001")
+    assert (run / "checkpoint_manifest.json").exists()
+
+
+def test_local_mode_override_runs_in_one_process(tmp_path: Path) -> None:
+    proc = _trainjob("run", str(_manifest(tmp_path)), "--num-workers", "0")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "in this process" in proc.stdout
+    status = yaml.safe_load(proc.stdout.split("---\n", 1)[1])["status"]
+    assert status["phase"] == "Succeeded"
+    assert status["validations"]["done"] == 2  # validation ran in a background thread
+
+
+def test_training_failure_exits_1_with_failed_status(tmp_path: Path) -> None:
+    manifest = _manifest(tmp_path, entrypoint="tests.test_cli_run:failing_train")
+    proc = _trainjob("run", str(manifest), "--num-workers", "0", "-o", str(tmp_path / "s.yaml"))
+    assert proc.returncode == 1
+    status = yaml.safe_load((tmp_path / "s.yaml").read_text())["status"]
+    assert status["phase"] == "Failed"
+    assert "ZeroDivisionError: the user's bug" in status["message"]
+    assert "the user's bug" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (lambda text: text.replace("scaling:", "scaling: [", 1), "YAML syntax error"),
+        (
+            lambda text: text.replace("framework: torch", "framework: torch\n  colour: blue"),
+            "spec.colour",
+        ),
+        (lambda text: text.replace("numWorkers: 2", "numWorkers: two"), "spec.scaling.numWorkers"),
+        (
+            lambda text: text.replace(
+                "examples.quickstart.train:train_func", "examples.nowhere:train_func"
+            ),
+            "spec.entrypoint: cannot import module 'examples.nowhere'",
+        ),
+        (
+            lambda text: text.replace(
+                "examples.quickstart.train:validate_func", "examples.quickstart.train:no_such_fn"
+            ),
+            "spec.validation.entrypoint: module 'examples.quickstart.train' has no attribute",
+        ),
+    ],
+)
+def test_bad_manifests_exit_2_with_one_clear_line_and_start_nothing(
+    tmp_path: Path, mutate: Any, expected: str
+) -> None:
+    manifest = _manifest(tmp_path)
+    manifest.write_text(mutate(manifest.read_text()))
+    proc = _trainjob("run", str(manifest), timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert expected in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert not (tmp_path / "storage").exists()  # nothing half-started

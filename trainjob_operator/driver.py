@@ -1,0 +1,294 @@
+"""Turn a TrainJob into a runtime trainer, and track its progress as TrainJob status.
+
+Shared by ``trainjob run`` (this machine) and the in-cluster driver pod: both
+build the trainer with :func:`build_trainer` and publish
+:class:`StatusTracker`'s view of the run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import importlib.util
+import os
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainer_runtime.callbacks import Callback
+from trainer_runtime.checkpoint_manager import CheckpointRecord, CheckpointStatus
+from trainjob_operator.api.models import TrainJob, split_entrypoint
+
+DEFAULT_LOCAL_STORAGE = "~/trainjob_results"
+
+
+class EntrypointError(ValueError):
+    """An entrypoint cannot be imported; ``field`` names the manifest field."""
+
+    def __init__(self, field: str, message: str, hint: str) -> None:
+        super().__init__(f"{field}: {message} (hint: {hint})")
+        self.field = field
+
+
+def resolve_entrypoint(entrypoint: str, field: str) -> Callable[..., Any]:
+    """Import ``package.module:function`` (the current directory is importable)."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    module_name, attr = split_entrypoint(entrypoint)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise EntrypointError(
+            field,
+            f"cannot import module {module_name!r} ({exc})",
+            "run from the folder that contains the package, or add it to PYTHONPATH",
+        ) from exc
+    except Exception as exc:
+        raise EntrypointError(
+            field,
+            f"importing {module_name!r} failed: {exc!r}",
+            "fix the module so that it imports cleanly",
+        ) from exc
+    fn = getattr(module, attr, None)
+    if fn is None:
+        names = sorted(
+            n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))
+        )
+        raise EntrypointError(
+            field,
+            f"module {module_name!r} has no attribute {attr!r}",
+            f"callables there: {', '.join(names[:10]) or 'none'}",
+        )
+    if not callable(fn):
+        raise EntrypointError(field, f"{entrypoint} is not callable", "point it at a function")
+    return fn
+
+
+@dataclass
+class RunPlan:
+    """Everything needed to start the run, resolved before anything starts."""
+
+    job: TrainJob
+    train_fn: Callable[..., Any]
+    validate_fn: Callable[..., Any] | None
+    num_workers: int
+    storage_path: str
+    worker_cpus: float
+    trainer_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def _cpu_quantity(value: int | str | None) -> float:
+    if value is None:
+        return 1.0
+    text = str(value)
+    if text.endswith("m"):
+        return int(text[:-1]) / 1000
+    return float(text)
+
+
+def plan_run(
+    job: TrainJob, num_workers: int | None = None, storage_path: str | None = None
+) -> RunPlan:
+    """Resolve entrypoints, workers and storage of ``job`` (raises EntrypointError)."""
+    spec = job.spec
+    train_fn = resolve_entrypoint(spec.entrypoint, "spec.entrypoint")
+    validate_fn = (
+        resolve_entrypoint(spec.validation.entrypoint, "spec.validation.entrypoint")
+        if spec.validation is not None
+        else None
+    )
+    workers = spec.scaling.num_workers if num_workers is None else num_workers
+    storage = (
+        storage_path
+        or (spec.storage.path if spec.storage else None)
+        or os.path.expanduser(DEFAULT_LOCAL_STORAGE)
+    )
+    cpus = _cpu_quantity(spec.scaling.resources_per_worker.get("cpu"))
+    if spec.framework == "jax" and importlib.util.find_spec("trainer_runtime.jax") is None:
+        raise EntrypointError(
+            "spec.framework",
+            "framework 'jax' needs trainer_runtime.jax, which this version does not include yet",
+            "use framework: torch",
+        )
+    if spec.scaling.tpu is not None and workers > 0 and not os.environ.get("TPU_WORKER_ID"):
+        raise EntrypointError(
+            "spec.scaling.tpu",
+            "this machine has no TPU hosts",
+            "run the TrainJob on GKE, or pass --num-workers 0 to run the "
+            "train function here in one process",
+        )
+    return RunPlan(job, train_fn, validate_fn, workers, storage, cpus)
+
+
+def build_trainer(plan: RunPlan, callbacks: list[Callback]) -> Any:
+    """The runtime trainer (TorchTrainer / JaxTrainer) for a planned run."""
+    from trainer_runtime import (
+        CheckpointConfig,
+        FailureConfig,
+        RunConfig,
+        ScalingConfig,
+        ValidationConfig,
+    )
+
+    spec = plan.job.spec
+    validation = spec.validation
+    upload_mode = {"async": "async", "sync": "sync", "none": "no_upload"}[
+        spec.checkpoint.upload_mode
+    ]
+    resources: dict[str, float] = {"CPU": plan.worker_cpus}
+    if spec.scaling.use_gpu:
+        resources["GPU"] = 1.0
+    run_config = RunConfig(
+        name=plan.job.metadata.name,
+        storage_path=plan.storage_path,
+        checkpoint_config=CheckpointConfig(
+            num_to_keep=spec.checkpoint.num_to_keep,
+            checkpoint_score_attribute=spec.checkpoint.score_attribute,
+            checkpoint_score_order=spec.checkpoint.score_order,
+        ),
+        failure_config=FailureConfig(max_failures=spec.failure.max_failures),
+        validation_config=ValidationConfig(
+            max_concurrent_validations=validation.max_concurrent if validation else 1,
+            timeout_s=float(validation.timeout_seconds)
+            if validation and validation.timeout_seconds
+            else None,
+            validate_fn=plan.validate_fn,
+            validate_config=(
+                validation.config
+                if validation and validation.config is not None
+                else dict(spec.config)
+            ),
+        ),
+        checkpoint_upload_mode=upload_mode,
+        callbacks=callbacks,
+        worker_env={e.name: e.value for e in spec.env if e.value is not None},
+    )
+    scaling = ScalingConfig(
+        num_workers=plan.num_workers, use_gpu=spec.scaling.use_gpu, resources_per_worker=resources
+    )
+    if spec.framework == "torch":
+        from trainer_runtime.torch import TorchTrainer
+
+        return TorchTrainer(
+            plan.train_fn,
+            train_loop_config=dict(spec.config),
+            scaling_config=scaling,
+            run_config=run_config,
+        )
+    from trainer_runtime.jax import JaxTrainer
+
+    jax_trainer: Any = JaxTrainer(
+        plan.train_fn,
+        train_loop_config=dict(spec.config),
+        scaling_config=scaling,
+        run_config=run_config,
+    )
+    return jax_trainer
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _step_of(metrics: dict[str, Any] | None, fallback: int) -> int:
+    for key in ("step", "global_step", "iteration", "epoch"):
+        value = (metrics or {}).get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return fallback
+
+
+class StatusTracker(Callback):
+    """Keeps a TrainJob ``status`` dict (camelCase) up to date from runtime callbacks."""
+
+    def __init__(self, score_attribute: str | None = None) -> None:
+        self.score_attribute = score_attribute
+        self._lock = threading.Lock()
+        self.reports = 0
+        self.status: dict[str, Any] = {
+            "phase": "Starting",
+            "startTime": _now(),
+            "restarts": 0,
+            "validations": {"pending": 0, "running": 0, "done": 0, "failed": 0},
+        }
+        self._validated: dict[str, str] = {}
+        self._latest_round = -1
+
+    def snapshot(self) -> dict[str, Any]:
+        """A copy of the current status."""
+        import copy
+
+        with self._lock:
+            return copy.deepcopy(self.status)
+
+    def on_run_start(self, run_path: str, world_size: int, attempt: int) -> None:
+        """The worker group is up."""
+        with self._lock:
+            self.status["phase"] = "Running"
+            self.status["workers"] = {"ready": world_size, "desired": world_size}
+
+    def on_report(self, round_index: int, metrics: dict[str, Any]) -> None:
+        """Rank 0 reported."""
+        with self._lock:
+            self.reports += 1
+            self.status["progress"] = {
+                "step": _step_of(metrics, self.reports - 1),
+                "metrics": dict(metrics),
+                "updatedAt": _now(),
+            }
+
+    def _checkpoint(self, record: CheckpointRecord) -> dict[str, Any]:
+        metrics = record.all_metrics
+        return {"path": record.path, "step": _step_of(metrics, record.round), "metrics": metrics}
+
+    def on_checkpoint(self, record: CheckpointRecord, best: CheckpointRecord | None) -> None:
+        """A checkpoint was committed or validated."""
+        with self._lock:
+            if record.round >= self._latest_round:
+                self._latest_round = record.round
+                self.status["latestCheckpoint"] = self._checkpoint(record)
+            if best is not None:
+                entry = self._checkpoint(best)
+                score = best.all_metrics.get(self.score_attribute or "")
+                entry["score"] = float(score) if isinstance(score, int | float) else None
+                self.status["bestCheckpoint"] = entry
+            if record.status not in (
+                CheckpointStatus.COMMITTED,
+                CheckpointStatus.PENDING_VALIDATION,
+            ):
+                self._validated[record.name] = record.status
+                counts = self.status["validations"]
+                counts["done"] = sum(
+                    1 for s in self._validated.values() if s == CheckpointStatus.VALIDATED
+                )
+                counts["failed"] = len(self._validated) - counts["done"]
+
+    def on_validation_demand(self, pending: int, running: int) -> None:
+        """Validation queue changed: the operator scales the validation pool by it."""
+        with self._lock:
+            self.status["validations"]["pending"] = pending
+            self.status["validations"]["running"] = running
+
+    def on_failure(self, error: BaseException, failures: int, will_restart: bool) -> None:
+        """The worker group failed."""
+        with self._lock:
+            self.status["restarts"] = failures
+            self.status["phase"] = "Restarting" if will_restart else "Failed"
+            self.status["message"] = str(error).splitlines()[0]
+
+    def finish(self, error: BaseException | None) -> dict[str, Any]:
+        """Final status: Succeeded, or Failed with the error as message."""
+        with self._lock:
+            self.status["phase"] = "Failed" if error is not None else "Succeeded"
+            self.status["completionTime"] = _now()
+            if error is not None:
+                self.status["message"] = str(error).splitlines()[0]
+            else:
+                self.status["message"] = "training finished"
+            out = dict(self.status)
+        from trainjob_operator.api.models import TrainJobStatus
+
+        # The published status must always be what the CRD accepts.
+        return TrainJobStatus.model_validate(out).to_dict()
