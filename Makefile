@@ -1,7 +1,7 @@
 # The two set-up commands the README documents:
 #   make demo   install, then run the example TrainJob on this machine
 #   make test   install, then lint, type-check and run the whole test suite
-PYTHON ?= python3.11
+PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
@@ -24,7 +24,7 @@ install: $(VENV)/.installed-demo
 install-test: $(VENV)/.installed-test
 
 demo: install
-	$(PY) examples/torch_quickstart.py
+	$(VENV)/bin/trainjob run examples/quickstart.yaml
 
 lint: install-test
 	$(VENV)/bin/ruff check .

@@ -512,7 +512,8 @@ class CheckpointConfig(ApiModel):
         default="async",
         description=(
             "async: report() returns while the checkpoint uploads in the background; sync: "
-            "report() waits for the upload; none: checkpoints are not persisted."
+            "report() waits for the upload; none: the train function writes checkpoints straight "
+            "to their storage location (CheckpointUploadMode.NO_UPLOAD)."
         ),
     )
     num_to_keep: int | None = Field(
