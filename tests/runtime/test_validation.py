@@ -159,3 +159,26 @@ def test_ray_validation_runs_on_the_validation_node(
     assert result.best_checkpoint is not None
     assert result.best_checkpoint.path.endswith("checkpoint_000002")
     assert max(p + r for p, r in recorder.demand) >= 1
+
+
+@pytest.mark.ray
+def test_ray_validation_failure_and_timeout_do_not_stop_training(
+    tmp_path: Path, ray_validation_node: str
+) -> None:
+    result, _ = _run(
+        tmp_path,
+        {"best_step": 0, "fail_on": [1], "hang_on": [2]},
+        steps=3,
+        num_workers=2,
+        max_concurrent_validations=2,
+        timeout_s=5.0,
+        num_to_keep=5,
+    )
+    by_name = {r.name: r for r in result.checkpoints}
+    assert by_name["checkpoint_000000"].status == CheckpointStatus.VALIDATED
+    assert by_name["checkpoint_000001"].status == CheckpointStatus.VALIDATION_FAILED
+    assert "validation data for step 1 is corrupt" in (
+        by_name["checkpoint_000001"].validation_error or ""
+    )
+    assert by_name["checkpoint_000002"].status == CheckpointStatus.VALIDATION_TIMEOUT
+    assert result.metrics is not None and result.metrics["step"] == 2
