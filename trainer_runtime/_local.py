@@ -57,28 +57,78 @@ def local_ranks(env: dict[str, str] | None = None) -> LocalRanks:
     )
 
 
-class _Consumer:
-    """Applies events to the coordinator in a background thread; keeps the first error."""
+class _BackgroundLoop:
+    """A daemon thread calling ``_step`` until closed (and ``_has_more`` is False)."""
 
-    def __init__(self, controller: BaseController, world_size: int) -> None:
-        self.coordinator = controller.coordinator
-        self.world_size = world_size
-        self.buffer = EventBuffer()
-        self.error: BaseException | None = None
-        self.finished: set[int] = set()
+    thread_name = "background-loop"
+
+    def __init__(self) -> None:
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="local-controller", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
+
+    def _start(self) -> None:
         self._thread.start()
 
+    def _run(self) -> None:
+        while not self._stop.is_set() or self._has_more():
+            self._step()
+
+    def _has_more(self) -> bool:
+        return False
+
+    def _step(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Stop after what is queued has been handled."""
+        self._stop.set()
+        self._thread.join()
+
+
+class _EventDrain(_BackgroundLoop):
+    """A background loop handing batches of buffered events to ``_handle``."""
+
+    poll_s = 0.1
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.buffer = EventBuffer()
+
     def put(self, event: Event) -> None:
+        """Queue one event (the session's sink)."""
         self.buffer.put(event)
+
+    def _has_more(self) -> bool:
+        return len(self.buffer) > 0
+
+    def _step(self) -> None:
+        batch = self.buffer.drain(self.poll_s)
+        if batch:
+            self._handle(batch)
+
+    def _handle(self, batch: list[Event]) -> None:
+        raise NotImplementedError
+
+
+class _Consumer(_EventDrain):
+    """Applies events to the coordinator in a background thread; keeps the first error."""
+
+    thread_name = "local-controller"
+
+    def __init__(self, controller: BaseController, world_size: int) -> None:
+        super().__init__()
+        self.coordinator = controller.coordinator
+        self.world_size = world_size
+        self.error: BaseException | None = None
+        self.finished: set[int] = set()
+        self._start()
 
     def health_check(self) -> None:
         if self.error is not None:
             raise self.error
 
-    def _apply(self, events: list[Event]) -> None:
-        for event in events:
+    def _handle(self, batch: list[Event]) -> None:
+        for event in batch:
             if isinstance(event, WorkerFinishedEvent):
                 self.finished.add(event.rank)
             if self.error is not None:
@@ -87,10 +137,6 @@ class _Consumer:
                 self.coordinator.handle(event)
             except BaseException as exc:  # noqa: BLE001 - re-raised in the train thread
                 self.error = exc
-
-    def _loop(self) -> None:
-        while not self._stop.is_set() or len(self.buffer):
-            self._apply(self.buffer.drain(0.1))
 
     def wait_all_finished(self, timeout: float | None = None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -102,68 +148,51 @@ class _Consumer:
             time.sleep(0.01)
         return True
 
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
 
-
-class _StoreSender:
+class _StoreSender(_EventDrain):
     """Non-zero torchrun ranks: ship event batches to rank 0 through the c10d store."""
 
+    thread_name = "event-sender"
+    poll_s = 0.05
+
     def __init__(self, store: Any, prefix: str, rank: int) -> None:
+        super().__init__()
         self.store = store
         self.prefix = prefix
         self.rank = rank
-        self.buffer = EventBuffer()
         self.seq = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="event-sender", daemon=True)
-        self._thread.start()
+        self._start()
 
-    def put(self, event: Event) -> None:
-        self.buffer.put(event)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set() or len(self.buffer):
-            batch = self.buffer.drain(0.05)
-            if batch:
-                self.store.set(f"{self.prefix}/ev/{self.rank}/{self.seq}", pickle.dumps(batch))
-                self.seq += 1
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
+    def _handle(self, batch: list[Event]) -> None:
+        self.store.set(f"{self.prefix}/ev/{self.rank}/{self.seq}", pickle.dumps(batch))
+        self.seq += 1
 
 
-class _StoreReceiver:
+class _StoreReceiver(_BackgroundLoop):
     """Rank 0 under torchrun: poll the store for other ranks' event batches."""
 
+    thread_name = "event-receiver"
+
     def __init__(self, store: Any, prefix: str, world_size: int, consumer: _Consumer) -> None:
+        super().__init__()
         self.store = store
         self.prefix = prefix
         self.consumer = consumer
         self.next_seq = dict.fromkeys(range(1, world_size), 0)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="event-receiver", daemon=True)
-        self._thread.start()
+        self._start()
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            got = False
-            for rank, seq in self.next_seq.items():
-                key = f"{self.prefix}/ev/{rank}/{seq}"
-                if self.store.check([key]):
-                    for event in pickle.loads(self.store.get(key)):
-                        self.consumer.put(event)
-                    self.store.delete_key(key)
-                    self.next_seq[rank] = seq + 1
-                    got = True
-            if not got:
-                time.sleep(0.005)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
+    def _step(self) -> None:
+        got = False
+        for rank, seq in self.next_seq.items():
+            key = f"{self.prefix}/ev/{rank}/{seq}"
+            if self.store.check([key]):
+                for event in pickle.loads(self.store.get(key)):
+                    self.consumer.put(event)
+                self.store.delete_key(key)
+                self.next_seq[rank] = seq + 1
+                got = True
+        if not got:
+            time.sleep(0.005)
 
 
 class LocalController(BaseController):
