@@ -55,8 +55,13 @@ def ray_cluster(gcs_emulator: GCSEmulator) -> Iterator[Any]:
     """
     import ray
 
-    ray.init(address="local", num_cpus=6, include_dashboard=False, log_to_driver=True,
-             configure_logging=False)
+    ray.init(
+        address="local",
+        num_cpus=6,
+        include_dashboard=False,
+        log_to_driver=True,
+        configure_logging=False,
+    )
     try:
         yield ray
     finally:
@@ -74,9 +79,18 @@ def ray_validation_node(ray_cluster: Any) -> Iterator[str]:
     address = ray.get_runtime_context().gcs_address
     ray_bin = Path(sys.executable).with_name("ray")
     proc = subprocess.Popen(
-        [str(ray_bin), "start", f"--address={address}", "--num-cpus=2",
-         '--resources={"validation": 2}', "--block", "--disable-usage-stats"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        [
+            str(ray_bin),
+            "start",
+            f"--address={address}",
+            "--num-cpus=2",
+            '--resources={"validation": 2}',
+            "--block",
+            "--disable-usage-stats",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     deadline = time.monotonic() + 120
     node_id = None
