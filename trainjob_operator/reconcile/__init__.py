@@ -1,0 +1,1 @@
+"""Level-based reconciliation of a TrainJob: pure planning (``plan``) and thin I/O (``apply``)."""
