@@ -167,7 +167,7 @@ def plan_reconcile(
     phase = new.get("phase") or "Pending"
     attempt = int(new["restarts"])
     pods = [o for o in observed if o.get("kind") == "Pod"]
-    by_name = {_name(o): o for o in observed}
+    existing_keys = {(str(o.get("kind")), _name(o)) for o in observed}
 
     def delete_pods(keep_driver: bool) -> None:
         for pod in pods:
@@ -299,10 +299,9 @@ def plan_reconcile(
         )
 
     # -- converge children: create missing, replace failed workers (same name) ---------------
-    desired_names = {_name(d) for d in desired}
+    desired_pods = {_name(d) for d in desired if d.get("kind") == "Pod"}
     for obj in observed:
-        kind = obj.get("kind")
-        if kind == "Pod" and obj in current and _name(obj) not in desired_names:
+        if obj.get("kind") == "Pod" and obj in current and _name(obj) not in desired_pods:
             plan.delete.append(("Pod", _name(obj)))  # e.g. validation pool scaled down
     for pod in current:
         if _role(pod) in ("worker", "validation") and pod_phase(pod) in ("Failed", "Succeeded"):
@@ -316,11 +315,10 @@ def plan_reconcile(
             )
     deleting = {name for kind, name in plan.delete if kind == "Pod"}
     for obj in desired:
-        name = _name(obj)
-        existing = by_name.get(name)
-        if existing is None:
+        key = (str(obj.get("kind")), _name(obj))
+        if key not in existing_keys:
             plan.create.append(obj)
-        elif name in deleting:
+        elif key[0] == "Pod" and key[1] in deleting:
             plan.requeue_after = 1.0  # recreated once the old pod is gone
 
     # -- status ----------------------------------------------------------------------------
