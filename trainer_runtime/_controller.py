@@ -84,7 +84,6 @@ class BaseController:
         latest = self.manager.latest
         if latest is not None:
             logger.info("Resuming run %s from checkpoint %s", self.run_path, latest.path)
-        self._before_run()
         self.validator = self._make_validator()
         self.coordinator.validator = self.validator
         validation = self.spec.run.validation_config
@@ -100,7 +99,7 @@ class BaseController:
                     self._after_success()
                     break
                 except UserConfigError as exc:
-                    raise self._fail(exc, will_restart=False) from exc
+                    raise self._fail(exc) from exc
                 except WorkerGroupError as exc:
                     self.failures += 1
                     assert self.spec.run.failure_config is not None
@@ -109,7 +108,7 @@ class BaseController:
                         self.spec.run.callbacks, "on_failure", exc, self.failures, will_restart
                     )
                     if not will_restart:
-                        raise self._fail(exc, will_restart=False) from exc
+                        raise self._fail(exc) from exc
                     logger.warning(
                         "Worker group failed (%s); restarting (failure %d of %s) from %s",
                         str(exc).splitlines()[0],
@@ -120,13 +119,12 @@ class BaseController:
                     self._cleanup_partial()
                     self.attempt += 1
         finally:
-            self._after_run()
             self.validator.close()
         result = self.result()
         call_all(self.spec.run.callbacks, "on_run_end", result, None)
         return result
 
-    def _fail(self, exc: BaseException, will_restart: bool) -> TrainingFailedError:
+    def _fail(self, exc: BaseException) -> TrainingFailedError:
         self._cleanup_partial()
         max_failures = self.spec.run.failure_config.max_failures  # type: ignore[union-attr]
         if isinstance(exc, UserConfigError):
@@ -151,19 +149,12 @@ class BaseController:
             except Exception as exc:  # noqa: BLE001 - it is never used anyway
                 logger.warning("Could not delete %s: %s", uri, exc)
 
-    # hooks for subclasses
-    def _before_run(self) -> None:
-        pass
-
     def _after_success(self) -> None:
         assert self.validator is not None and self.spec.run.validation_config is not None
         pending, running = self.validator.demand()
         if self.spec.run.validation_config.wait_for_validations and (pending or running):
             logger.info("Training finished; waiting for %d validation(s)", pending + running)
             self.validator.wait()
-
-    def _after_run(self) -> None:
-        pass
 
     def _run_attempt(self) -> None:
         raise NotImplementedError
