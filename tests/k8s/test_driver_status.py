@@ -1,0 +1,74 @@
+"""The driver's status publisher against a real kube-apiserver (status subresource + RBAC)."""
+
+from __future__ import annotations
+
+import copy
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from trainer_runtime.checkpoint_manager import CheckpointRecord, CheckpointStatus
+from trainjob_operator.driver_main import StatusPublisher
+from trainjob_operator.kube import KubeClient, KubeConfig
+from trainjob_operator.testing import EnvTest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def kube(envtest: EnvTest) -> KubeClient:
+    envtest.apply_crd(REPO / "crds" / "trainjob.dev_trainjobs.yaml")
+    return KubeClient(
+        KubeConfig(host=envtest.host, token=envtest.token, ca_file=str(envtest.ca_file))
+    )
+
+
+def _status(kube: KubeClient, ns: str) -> dict[str, Any]:
+    obj = kube.get("TrainJob", ns, "quickstart")
+    assert obj is not None
+    return dict(obj.get("status") or {})
+
+
+def test_publisher_patches_progress_checkpoints_and_demand(
+    kube: KubeClient, k8s_namespace: str
+) -> None:
+    body = copy.deepcopy(yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text()))
+    body["metadata"]["namespace"] = k8s_namespace
+    kube.create(body, k8s_namespace)
+    # The operator owns phase; the driver's patch must not touch it.
+    kube.patch(
+        "TrainJob",
+        k8s_namespace,
+        "quickstart",
+        {"status": {"phase": "Running"}},
+        subresource="status",
+    )
+    pub = StatusPublisher(kube, k8s_namespace, "quickstart", "val_loss", min_interval=0.1)
+    pub.on_report(0, {"epoch": 0, "train_loss": 0.5})
+    record = CheckpointRecord(
+        "checkpoint_000000",
+        "/ckpt/checkpoint_000000",
+        0,
+        {"epoch": 0, "train_loss": 0.5},
+        status=CheckpointStatus.PENDING_VALIDATION,
+    )
+    pub.on_checkpoint(record, None)
+    pub.on_validation_demand(1, 0)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and "validations" not in _status(kube, k8s_namespace):
+        time.sleep(0.1)
+    record.status = CheckpointStatus.VALIDATED
+    record.validation_metrics = {"val_loss": 0.25}
+    pub.on_checkpoint(record, record)
+    pub.on_validation_demand(0, 0)
+    pub.close()
+    status = _status(kube, k8s_namespace)
+    assert status["phase"] == "Running"
+    assert status["progress"]["step"] == 0
+    assert status["progress"]["metrics"] == {"epoch": 0, "train_loss": 0.5}
+    assert status["latestCheckpoint"]["path"] == "/ckpt/checkpoint_000000"
+    assert status["bestCheckpoint"]["score"] == 0.25
+    assert status["validations"] == {"pending": 0, "running": 0, "done": 1, "failed": 0}

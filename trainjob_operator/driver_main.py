@@ -1,0 +1,161 @@
+"""The in-cluster driver: ``python -m trainjob_operator.driver_main``.
+
+Runs in the TrainJob's driver pod: loads its TrainJob (from the file named by
+``TRAINJOB_SPEC_FILE``, else from the API by ``TRAINJOB_NAMESPACE``/``TRAINJOB_NAME``),
+connects to the job's Ray cluster (``RAY_ADDRESS``), runs the training, and
+publishes progress, checkpoints and validation demand into the TrainJob's
+status (the operator scales the validation pool from ``status.validations``).
+Exit status: 0 when training succeeded, 1 when it failed (the operator
+restarts the cluster up to ``spec.failure.maxRestarts``), 2 for invalid input.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trainer_runtime.checkpoint_manager import CheckpointRecord
+from trainjob_operator.api.models import ManifestError, TrainJob, parse_trainjob
+from trainjob_operator.driver import EntrypointError, StatusTracker, build_trainer, plan_run
+from trainjob_operator.kube import ApiError, KubeClient, KubeConfig
+
+logger = logging.getLogger("trainjob_operator.driver")
+
+#: status keys the driver owns (the operator owns phase and conditions).
+DRIVER_STATUS_KEYS = ("progress", "latestCheckpoint", "bestCheckpoint", "validations")
+
+
+class StatusPublisher(StatusTracker):
+    """A StatusTracker that merge-patches its driver-owned keys into the TrainJob status.
+
+    Patches go out from a background thread at most every ``min_interval``
+    seconds, so a fast ``report()`` loop never waits on the API server.
+    """
+
+    def __init__(
+        self,
+        client: KubeClient,
+        namespace: str,
+        name: str,
+        score_attribute: str | None,
+        min_interval: float = 2.0,
+    ) -> None:
+        super().__init__(score_attribute)
+        self.client = client
+        self.namespace = namespace
+        self.name = name
+        self.min_interval = min_interval
+        self._dirty = threading.Event()
+        self._stop = threading.Event()
+        self._last: dict[str, Any] = {}
+        self._thread = threading.Thread(target=self._loop, name="status-publisher", daemon=True)
+        self._thread.start()
+
+    def _changed(self) -> None:
+        self._dirty.set()
+
+    def on_report(self, round_index: int, metrics: dict[str, Any]) -> None:
+        """Rank 0 reported."""
+        super().on_report(round_index, metrics)
+        self._changed()
+
+    def on_checkpoint(self, record: CheckpointRecord, best: CheckpointRecord | None) -> None:
+        """Checkpoint committed or validated."""
+        super().on_checkpoint(record, best)
+        self._changed()
+
+    def on_validation_demand(self, pending: int, running: int) -> None:
+        """Demand changed: the operator scales the validation pool from it."""
+        super().on_validation_demand(pending, running)
+        self._changed()
+
+    def publish(self) -> None:
+        """Patch the driver-owned status keys now (when they changed)."""
+        snapshot = self.snapshot()
+        patch = {k: snapshot[k] for k in DRIVER_STATUS_KEYS if k in snapshot}
+        if patch == self._last:
+            return
+        try:
+            self.client.patch(
+                "TrainJob", self.namespace, self.name, {"status": patch}, subresource="status"
+            )
+            self._last = patch
+        except ApiError as exc:
+            logger.warning("could not publish status: %s", exc)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            if self._dirty.wait(0.5):
+                self._dirty.clear()
+                self.publish()
+                self._stop.wait(self.min_interval)
+
+    def close(self) -> None:
+        """Publish what is left and stop."""
+        self._stop.set()
+        self._thread.join(10)
+        self.publish()
+
+
+def load_job(client: KubeClient | None) -> TrainJob:
+    """The TrainJob this driver runs."""
+    spec_file = os.environ.get("TRAINJOB_SPEC_FILE")
+    if spec_file:
+        return parse_trainjob(yaml.safe_load(Path(spec_file).read_text()))
+    assert client is not None
+    obj = client.get("TrainJob", os.environ["TRAINJOB_NAMESPACE"], os.environ["TRAINJOB_NAME"])
+    if obj is None:
+        raise SystemExit("the TrainJob this driver belongs to does not exist")
+    return parse_trainjob(obj)
+
+
+def main() -> int:
+    """Run the TrainJob's training on the job's Ray cluster."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    client = KubeClient(KubeConfig.load()) if os.environ.get("TRAINJOB_NAME") else None
+    try:
+        job = load_job(client)
+        plan = plan_run(job)
+    except (ManifestError, EntrypointError, ValueError) as exc:
+        print(f"invalid TrainJob: {exc}", file=sys.stderr)
+        return 2
+    name = job.metadata.name
+    namespace = job.metadata.namespace or os.environ.get("TRAINJOB_NAMESPACE", "default")
+    tracker: StatusTracker = (
+        StatusPublisher(client, namespace, name, job.spec.checkpoint.score_attribute)
+        if client is not None
+        else StatusTracker(job.spec.checkpoint.score_attribute)
+    )
+    import ray
+
+    ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), log_to_driver=True)
+    from trainer_runtime.errors import TrainingFailedError
+
+    start = time.monotonic()
+    error: BaseException | None = None
+    try:
+        build_trainer(plan, [tracker]).fit()
+    except TrainingFailedError as exc:
+        error = exc
+    finally:
+        if isinstance(tracker, StatusPublisher):
+            tracker.close()
+        ray.shutdown()
+    logger.info(
+        "training %s after %.0fs", "failed" if error else "finished", time.monotonic() - start
+    )
+    if error is not None:
+        print(f"TrainJob {name} failed: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
