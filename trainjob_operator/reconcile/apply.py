@@ -85,10 +85,11 @@ def post_event(client: KubeClient, obj: dict[str, Any], event: Event, now: dt.da
         logger.warning("could not post event %s: %s", event.reason, exc)
 
 
-def _invalid(client: KubeClient, obj: dict[str, Any], exc: ManifestError, now: dt.datetime) -> Plan:
+def _invalid(client: KubeClient, obj: dict[str, Any], message: str, now: dt.datetime) -> Plan:
+    """Fail a TrainJob whose spec cannot be turned into children (no retry can fix it)."""
     meta = obj["metadata"]
     status = dict(obj.get("status") or {})
-    message = "; ".join(e.format() for e in exc.errors)[:2000]
+    message = message[:2000]
     if status.get("phase") != "Failed":
         status["phase"] = "Failed"
         status["message"] = message
@@ -116,13 +117,16 @@ def reconcile_trainjob(
     try:
         job = parse_trainjob(obj)
     except ManifestError as exc:
-        return _invalid(client, obj, exc, now)
+        return _invalid(client, obj, "; ".join(e.format() for e in exc.errors), now)
     meta = obj["metadata"]
     status = dict(obj.get("status") or {})
     annotations = dict(meta.get("annotations") or {})
     replicas, stamp = validation_replicas(job, status, annotations, now)
     attempt = int(status.get("restarts", 0))
-    desired = render(job, meta["uid"], attempt, replicas)
+    try:
+        desired = render(job, meta["uid"], attempt, replicas)
+    except ValueError as exc:  # e.g. spec.podTemplate.<key>: unknown key
+        return _invalid(client, obj, str(exc), now)
     observed = read_children(client, namespace, name)
     plan = plan_reconcile(job, status, observed, desired, now, generation=meta.get("generation"))
 

@@ -1,0 +1,197 @@
+"""The driver pod: command, env, the TrainJob it receives, identity, resources."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.render.helpers import UID, container, env, example, labels, make_job
+from trainjob_operator.api.models import parse_trainjob
+from trainjob_operator.render import (
+    DRIVER_MANIFEST_ENV,
+    SPEC_HASH_ANNOTATION,
+    driver_manifest,
+    driver_manifest_json,
+    render_driver_pod,
+)
+
+
+def _hash(obj: dict[str, object]) -> str:
+    meta = obj["metadata"]
+    assert isinstance(meta, dict)
+    return str(meta["annotations"][SPEC_HASH_ANNOTATION])
+
+
+def test_driver_pod_basics() -> None:
+    pod = render_driver_pod(example("quickstart.yaml"), uid=UID)
+    assert pod["metadata"]["name"] == "quickstart-driver"
+    assert labels(pod)["trainjob.dev/role"] == "driver"
+    assert pod["spec"]["restartPolicy"] == "Never"
+    assert pod["spec"]["serviceAccountName"] == "quickstart-driver"
+    assert "automountServiceAccountToken" not in pod["spec"]
+    assert container(pod)["name"] == "driver"
+    assert container(pod)["resources"] == {
+        "requests": {"cpu": "1", "memory": "2Gi"},
+        "limits": {"cpu": "1", "memory": "2Gi"},
+    }
+
+
+def test_driver_env() -> None:
+    job = make_job(name="dj", env=[{"name": "WANDB_MODE", "value": "offline"}])
+    values = env(render_driver_pod(job, uid=UID, attempt=1))
+    manifest = values.pop(DRIVER_MANIFEST_ENV)
+    assert values == {
+        "RAY_ADDRESS": "dj-head.dj-headless:6379",
+        "TRAINJOB_NAME": "dj",
+        "TRAINJOB_NAMESPACE": "ns",
+        "TRAINJOB_ATTEMPT": "1",
+        "PYTHONUNBUFFERED": "1",
+        "WANDB_MODE": "offline",
+    }
+    assert manifest == driver_manifest_json(job, uid=UID)
+
+
+def test_manifest_round_trips_through_parse_trainjob() -> None:
+    job = example("tpu-v6e-4x4.yaml")
+    text = env(render_driver_pod(job, uid=UID))[DRIVER_MANIFEST_ENV]
+    data = json.loads(text)
+    assert data == driver_manifest(job, uid=UID)
+    assert data["metadata"] == {"name": "llm-v6e-4x4", "namespace": "training", "uid": UID}
+    parsed = parse_trainjob(data)
+    assert parsed.spec.entrypoint == job.spec.entrypoint
+    assert parsed.spec.config == job.spec.config
+    assert parsed.spec.scaling == job.spec.scaling
+    assert parsed.spec.validation == job.spec.validation
+    assert parsed.spec.checkpoint == job.spec.checkpoint
+    assert parsed.spec.storage == job.spec.storage
+    assert parsed.spec.failure.max_failures == job.spec.failure.max_failures
+    # Operator-only fields are left out (and come back as defaults).
+    assert "ttlSecondsAfterFinished" not in data["spec"]
+    assert data["spec"]["failure"] == {"maxFailures": 2}
+
+
+def test_manifest_is_pinned_to_metadata_it_needs() -> None:
+    body = {
+        "apiVersion": "trainjob.dev/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {
+            "name": "k",
+            "namespace": "ns",
+            "uid": UID,
+            "generation": 7,
+            "resourceVersion": "123",
+            "managedFields": [{"manager": "kubectl"}],
+            "labels": {"team": "a"},
+        },
+        "spec": {"entrypoint": "pkg.mod:train"},
+        "status": {"phase": "Running"},
+    }
+    data = driver_manifest(parse_trainjob(body), uid=UID)
+    assert data["metadata"] == {"name": "k", "namespace": "ns", "uid": UID}
+    assert "status" not in data
+
+
+def test_operator_only_fields_do_not_change_the_driver_hash() -> None:
+    base = _hash(render_driver_pod(make_job(), uid=UID))
+    for spec in (
+        {"ttlSecondsAfterFinished": 60},
+        {"suspend": True},
+        {"failure": {"maxRestarts": 3, "activeDeadlineSeconds": 60}},
+        {"queueName": None},
+    ):
+        assert _hash(render_driver_pod(make_job(**spec), uid=UID)) == base, spec
+    assert _hash(render_driver_pod(make_job(config={"lr": 0.1}), uid=UID)) != base
+    assert _hash(render_driver_pod(make_job(failure={"maxFailures": 1}), uid=UID)) != base
+
+
+def test_oversized_spec_is_rejected() -> None:
+    job = make_job(config={"blob": "x" * (130 * 1024)})
+    with pytest.raises(ValueError, match=r"TRAINJOB_MANIFEST env var can hold; keep spec\.config"):
+        render_driver_pod(job, uid=UID)
+    render_driver_pod(make_job(config={"blob": "x" * (100 * 1024)}), uid=UID)
+
+
+def test_driver_runs_as_storage_service_account_when_set() -> None:
+    pod = render_driver_pod(example("tpu-v6e-4x4.yaml"), uid=UID)
+    assert pod["spec"]["serviceAccountName"] == "trainjob-gcs"
+
+
+def test_local_mode_driver_gets_worker_resources() -> None:
+    job = make_job(scaling={"numWorkers": 0, "resourcesPerWorker": {"cpu": "4", "memory": "8Gi"}})
+    assert container(render_driver_pod(job, uid=UID))["resources"]["limits"] == {
+        "cpu": "4",
+        "memory": "8Gi",
+    }
+    job = make_job(scaling={"numWorkers": 0, "useGpu": True})
+    assert container(render_driver_pod(job, uid=UID))["resources"]["limits"] == {
+        "cpu": "1",
+        "memory": "2Gi",
+        "nvidia.com/gpu": "1",
+    }
+
+
+def test_driver_is_not_in_the_gang() -> None:
+    pod = render_driver_pod(make_job(queueName="q"), uid=UID)
+    assert labels(pod)["kueue.x-k8s.io/queue-name"] == "q"
+    assert "kueue.x-k8s.io/pod-group-name" not in labels(pod)
+
+
+def _stub(directory: Path, name: str, body: str) -> None:
+    path = directory / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+
+
+def test_driver_script_joins_as_zero_resource_node_then_execs_driver(tmp_path: Path) -> None:
+    """Run the rendered script with stub ``ray`` and ``python``."""
+    calls = tmp_path / "calls"
+    record = f"""{sys.executable} -c 'import json,sys; print(json.dumps(sys.argv[1:]))' \
+"$(basename "$0")" "$@" >> {calls}
+"""
+    _stub(tmp_path, "ray", record)
+    _stub(tmp_path, "python", record + 'echo "$TRAINJOB_NAME"; exit 3\n')
+    pod = render_driver_pod(make_job(name="dj"), uid=UID)
+    env_vars = {
+        **os.environ,
+        "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}",
+        **{k: str(v) for k, v in env(pod).items()},
+    }
+    done = subprocess.run(
+        container(pod)["command"], env=env_vars, timeout=30, capture_output=True, text=True
+    )
+    assert done.returncode == 3  # the driver's exit status is the pod's
+    assert done.stdout.strip().splitlines()[-1] == "dj"
+    lines = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert lines == [
+        ["ray", "health-check", "--address=dj-head.dj-headless:6379"],
+        [
+            "ray",
+            "start",
+            "--address=dj-head.dj-headless:6379",
+            "--num-cpus=0",
+            "--num-gpus=0",
+            "--disable-usage-stats",
+        ],
+        ["python", "-m", "trainjob_operator.driver_main"],
+    ]
+
+
+def test_driver_script_stops_when_ray_start_fails(tmp_path: Path) -> None:
+    calls = tmp_path / "calls"
+    _stub(tmp_path, "ray", f'echo "$1" >> {calls}\n[ "$1" = health-check ] || exit 1\n')
+    _stub(tmp_path, "python", f"echo python >> {calls}\n")
+    pod = render_driver_pod(make_job(), uid=UID)
+    env_vars = {
+        **os.environ,
+        "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}",
+        "RAY_ADDRESS": "x:6379",
+    }
+    done = subprocess.run(container(pod)["command"], env=env_vars, timeout=30, capture_output=True)
+    assert done.returncode != 0
+    assert calls.read_text().split() == ["health-check", "start"]

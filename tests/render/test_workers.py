@@ -1,0 +1,368 @@
+"""Worker pods: TPU slices (single host, multi-host, multislice), GPU and CPU workers."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.render.helpers import UID, container, env, example, labels, make_job, script, tpu_job
+from trainjob_operator.render import render_worker_pods
+
+TPU_TOLERATION = {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}
+V6E_SELECTOR = {
+    "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+    "cloud.google.com/gke-tpu-topology": "4x4",
+}
+
+
+def _ray_start_args(pod: dict[str, Any]) -> list[str]:
+    """Arguments the pod's script passes to ``ray start`` (the part after ``exec``)."""
+    last = script(pod).strip().splitlines()[-1]
+    assert last.startswith("exec ray start ")
+    import shlex
+
+    return shlex.split(last)[3:]
+
+
+# --------------------------------------------------------------------------- TPU v6e 4x4
+
+
+def test_tpu_v6e_4x4_one_pod_per_host_with_chips_selectors_and_toleration() -> None:
+    pods = render_worker_pods(tpu_job("4x4"), uid=UID)
+    assert [p["metadata"]["name"] for p in pods] == [f"tpu-s0-h{i}" for i in range(4)]
+    for pod in pods:
+        spec = pod["spec"]
+        assert container(pod)["resources"] == {
+            "requests": {"cpu": "8", "memory": "32Gi", "google.com/tpu": "4"},
+            "limits": {"cpu": "8", "memory": "32Gi", "google.com/tpu": "4"},
+        }
+        assert spec["nodeSelector"] == V6E_SELECTOR
+        assert spec["tolerations"] == [TPU_TOLERATION]
+        assert spec["subdomain"] == "tpu-headless"
+        assert spec["hostname"] == pod["metadata"]["name"]
+        assert labels(pod)["trainjob.dev/role"] == "worker"
+        assert labels(pod)["trainjob.dev/slice"] == "0"
+
+
+def test_tpu_v6e_4x4_env_worker_ids_and_hostnames() -> None:
+    pods = render_worker_pods(tpu_job("4x4"), uid=UID)
+    hostnames = ",".join(f"tpu-s0-h{i}.tpu-headless" for i in range(4))
+    assert hostnames == (
+        "tpu-s0-h0.tpu-headless,tpu-s0-h1.tpu-headless,tpu-s0-h2.tpu-headless,"
+        "tpu-s0-h3.tpu-headless"
+    )
+    for host, pod in enumerate(pods):
+        assert env(pod) == {
+            "TRAINJOB_NAME": "tpu",
+            "TRAINJOB_NAMESPACE": "ns",
+            "TRAINJOB_ATTEMPT": "0",
+            "TPU_WORKER_ID": str(host),
+            "TPU_WORKER_HOSTNAMES": hostnames,
+            "TPU_NAME": "tpu-s0",
+            "TPU_ACCELERATOR_TYPE": "v6e-16",
+            "TPU_TOPOLOGY": "4x4",
+        }
+    assert [env(p)["TPU_WORKER_ID"] for p in pods] == ["0", "1", "2", "3"]
+
+
+def test_tpu_v6e_4x4_slice_kept_in_one_node_pool_without_anti_affinity() -> None:
+    for pod in render_worker_pods(tpu_job("4x4"), uid=UID):
+        assert pod["spec"]["affinity"] == {
+            "podAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "labelSelector": {
+                            "matchLabels": {
+                                "trainjob.dev/name": "tpu",
+                                "trainjob.dev/role": "worker",
+                                "trainjob.dev/attempt": "0",
+                                "trainjob.dev/slice": "0",
+                            }
+                        },
+                        "topologyKey": "cloud.google.com/gke-nodepool",
+                    }
+                ]
+            }
+        }
+
+
+def test_tpu_ray_start_advertises_chips_and_cpus() -> None:
+    [pod, *_] = render_worker_pods(tpu_job("4x4"), uid=UID)
+    assert _ray_start_args(pod) == [
+        "--address=tpu-head.tpu-headless:6379",
+        "--block",
+        "--metrics-export-port=8080",
+        "--disable-usage-stats",
+        "--num-cpus=8",
+        "--num-gpus=0",
+        '--resources={"TPU":4}',
+    ]
+
+
+def test_tpu_example_manifest() -> None:
+    pods = render_worker_pods(example("tpu-v6e-4x4.yaml"), uid=UID)
+    assert [p["metadata"]["name"] for p in pods] == [f"llm-v6e-4x4-s0-h{i}" for i in range(4)]
+    for pod in pods:
+        assert pod["metadata"]["namespace"] == "training"
+        assert pod["spec"]["serviceAccountName"] == "trainjob-gcs"
+        assert "automountServiceAccountToken" not in pod["spec"]
+        assert env(pod)["TPU_WORKER_HOSTNAMES"].split(",") == [
+            f"llm-v6e-4x4-s0-h{i}.llm-v6e-4x4-headless" for i in range(4)
+        ]
+        assert container(pod)["resources"]["limits"] == {
+            "cpu": "8",
+            "memory": "64Gi",
+            "google.com/tpu": "4",
+        }
+
+
+# --------------------------------------------------------------------------- single host
+
+
+def test_tpu_v6e_2x4_single_host() -> None:
+    [pod] = render_worker_pods(tpu_job("2x4"), uid=UID)
+    assert pod["metadata"]["name"] == "tpu-s0-h0"
+    assert container(pod)["resources"]["limits"]["google.com/tpu"] == "8"
+    assert container(pod)["resources"]["requests"]["google.com/tpu"] == "8"
+    assert pod["spec"]["nodeSelector"] == {
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+        "cloud.google.com/gke-tpu-topology": "2x4",
+    }
+    values = env(pod)
+    assert values["TPU_WORKER_ID"] == "0"
+    assert values["TPU_WORKER_HOSTNAMES"] == "tpu-s0-h0.tpu-headless"
+    assert values["TPU_ACCELERATOR_TYPE"] == "v6e-8"
+    assert not any(name.startswith("MEGASCALE_") for name in values)
+    assert "affinity" not in pod["spec"]  # one host: nothing to keep together
+    assert '--resources={"TPU":8}' in _ray_start_args(pod)
+
+
+def test_tpu_v5e_and_v5p_selectors() -> None:
+    job = make_job(scaling={"tpu": {"acceleratorType": "v5p", "topology": "2x2x2"}})
+    pods = render_worker_pods(job, uid=UID)
+    assert len(pods) == 2
+    assert pods[0]["spec"]["nodeSelector"] == {
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v5p-slice",
+        "cloud.google.com/gke-tpu-topology": "2x2x2",
+    }
+    assert env(pods[0])["TPU_ACCELERATOR_TYPE"] == "v5p-16"
+    job = make_job(scaling={"tpu": {"acceleratorType": "v5e", "topology": "2x2"}})
+    [pod] = render_worker_pods(job, uid=UID)
+    assert pod["spec"]["nodeSelector"]["cloud.google.com/gke-tpu-accelerator"] == (
+        "tpu-v5-lite-podslice"
+    )
+    assert container(pod)["resources"]["limits"] == {"google.com/tpu": "4"}
+
+
+# --------------------------------------------------------------------------- multislice
+
+
+def test_multislice_megascale_env_and_per_slice_hostnames() -> None:
+    pods = render_worker_pods(tpu_job("4x4", num_slices=2), uid=UID)
+    assert [p["metadata"]["name"] for p in pods] == [
+        f"tpu-s{k}-h{i}" for k in range(2) for i in range(4)
+    ]
+    for index, pod in enumerate(pods):
+        slice_index, host = divmod(index, 4)
+        values = env(pod)
+        assert values["TPU_WORKER_ID"] == str(host)
+        assert values["TPU_NAME"] == f"tpu-s{slice_index}"
+        assert values["TPU_WORKER_HOSTNAMES"] == ",".join(
+            f"tpu-s{slice_index}-h{i}.tpu-headless" for i in range(4)
+        )
+        assert {k: v for k, v in values.items() if k.startswith("MEGASCALE_")} == {
+            "MEGASCALE_NUM_SLICES": "2",
+            "MEGASCALE_SLICE_ID": str(slice_index),
+            "MEGASCALE_COORDINATOR_ADDRESS": "tpu-s0-h0.tpu-headless",
+            "MEGASCALE_PORT": "8081",
+        }
+        assert labels(pod)["trainjob.dev/slice"] == str(slice_index)
+        assert {"name": "megascale", "containerPort": 8081, "protocol": "TCP"} in container(pod)[
+            "ports"
+        ]
+
+
+def test_multislice_affinity_within_and_anti_affinity_between_slices() -> None:
+    pods = render_worker_pods(tpu_job("4x4", num_slices=2), uid=UID)
+    same_job = {
+        "trainjob.dev/name": "tpu",
+        "trainjob.dev/role": "worker",
+        "trainjob.dev/attempt": "0",
+    }
+    for index, pod in enumerate(pods):
+        slice_index = index // 4
+        affinity = pod["spec"]["affinity"]
+        assert affinity["podAffinity"] == {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {
+                        "matchLabels": {**same_job, "trainjob.dev/slice": str(slice_index)}
+                    },
+                    "topologyKey": "cloud.google.com/gke-nodepool",
+                }
+            ]
+        }
+        assert affinity["podAntiAffinity"] == {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {
+                        "matchLabels": same_job,
+                        "matchExpressions": [
+                            {"key": "trainjob.dev/slice", "operator": "Exists"},
+                            {
+                                "key": "trainjob.dev/slice",
+                                "operator": "NotIn",
+                                "values": [str(slice_index)],
+                            },
+                        ],
+                    },
+                    "topologyKey": "cloud.google.com/gke-nodepool",
+                }
+            ]
+        }
+
+
+def test_multislice_single_host_slices_have_megascale_but_no_node_pool_affinity() -> None:
+    pods = render_worker_pods(tpu_job("2x4", num_slices=2), uid=UID)
+    assert [p["metadata"]["name"] for p in pods] == ["tpu-s0-h0", "tpu-s1-h0"]
+    for pod in pods:
+        assert "affinity" not in pod["spec"]
+        assert env(pod)["MEGASCALE_NUM_SLICES"] == "2"
+
+
+def test_affinity_follows_attempt() -> None:
+    [pod, *_] = render_worker_pods(tpu_job("4x4", num_slices=2), uid=UID, attempt=3)
+    assert labels(pod)["trainjob.dev/attempt"] == "3"
+    [term] = pod["spec"]["affinity"]["podAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert term["labelSelector"]["matchLabels"]["trainjob.dev/attempt"] == "3"
+
+
+# --------------------------------------------------------------------------- GPU / CPU
+
+
+def test_gpu_workers_get_one_gpu_each() -> None:
+    job = make_job(
+        name="gpu",
+        scaling={"numWorkers": 2, "useGpu": True, "resourcesPerWorker": {"cpu": 4}},
+    )
+    pods = render_worker_pods(job, uid=UID)
+    assert [p["metadata"]["name"] for p in pods] == ["gpu-w0", "gpu-w1"]
+    for pod in pods:
+        assert container(pod)["resources"] == {
+            "requests": {"cpu": "4", "nvidia.com/gpu": "1"},
+            "limits": {"cpu": "4", "nvidia.com/gpu": "1"},
+        }
+        assert _ray_start_args(pod)[-2:] == ["--num-cpus=4", "--num-gpus=1"]
+        assert "nodeSelector" not in pod["spec"]
+        assert "tolerations" not in pod["spec"]
+        assert "affinity" not in pod["spec"]
+        assert "trainjob.dev/slice" not in labels(pod)
+
+
+def test_gpu_count_from_resources_per_worker() -> None:
+    job = make_job(
+        scaling={"numWorkers": 1, "useGpu": True, "resourcesPerWorker": {"nvidia.com/gpu": 2}}
+    )
+    [pod] = render_worker_pods(job, uid=UID)
+    assert container(pod)["resources"]["limits"] == {"nvidia.com/gpu": "2"}
+    assert _ray_start_args(pod)[-2:] == ["--num-cpus=1", "--num-gpus=2"]
+
+
+def test_fractional_gpu_is_rejected() -> None:
+    job = make_job(scaling={"numWorkers": 1, "resourcesPerWorker": {"nvidia.com/gpu": "500m"}})
+    with pytest.raises(ValueError, match=r'resourcesPerWorker\["nvidia.com/gpu"\]'):
+        render_worker_pods(job, uid=UID)
+
+
+def test_cpu_quickstart_workers() -> None:
+    pods = render_worker_pods(example("quickstart.yaml"), uid=UID)
+    assert [p["metadata"]["name"] for p in pods] == ["quickstart-w0", "quickstart-w1"]
+    for pod in pods:
+        assert container(pod)["resources"] == {
+            "requests": {"cpu": "1"},
+            "limits": {"cpu": "1"},
+        }
+        assert _ray_start_args(pod)[-2:] == ["--num-cpus=1", "--num-gpus=0"]
+        assert pod["metadata"]["namespace"] == "default"  # the manifest has none
+        assert pod["spec"]["automountServiceAccountToken"] is False
+        assert "serviceAccountName" not in pod["spec"]
+
+
+@pytest.mark.parametrize(
+    ("cpu", "expected"), [("500m", 1), ("2500m", 3), (3, 3), ("2", 2), ("1.5", 2)]
+)
+def test_logical_cpus_round_up(cpu: int | str, expected: int) -> None:
+    job = make_job(scaling={"numWorkers": 1, "resourcesPerWorker": {"cpu": cpu}})
+    [pod] = render_worker_pods(job, uid=UID)
+    assert f"--num-cpus={expected}" in _ray_start_args(pod)
+
+
+def test_local_mode_has_no_workers() -> None:
+    assert render_worker_pods(make_job(scaling={"numWorkers": 0}), uid=UID) == []
+
+
+def test_kueue_gang_metadata_on_workers() -> None:
+    job = tpu_job("4x4", num_slices=2, queueName="team-a")
+    for pod in render_worker_pods(job, uid=UID, attempt=1):
+        assert labels(pod)["kueue.x-k8s.io/queue-name"] == "team-a"
+        assert labels(pod)["kueue.x-k8s.io/pod-group-name"] == "tpu-attempt-1"
+        annotations = pod["metadata"]["annotations"]
+        assert annotations["kueue.x-k8s.io/pod-group-name"] == "tpu-attempt-1"
+        assert annotations["kueue.x-k8s.io/pod-group-total-count"] == "9"  # head + 8 hosts
+
+
+def test_no_kueue_metadata_without_queue_name() -> None:
+    for pod in render_worker_pods(tpu_job("4x4"), uid=UID):
+        keys = set(labels(pod)) | set(pod["metadata"]["annotations"])
+        assert not any(k.startswith("kueue.x-k8s.io/") for k in keys)
+
+
+def test_spec_env_follows_operator_env_and_cannot_override_it() -> None:
+    job = tpu_job("2x4", env=[{"name": "XLA_FLAGS", "value": "--xla_dump_to=/tmp"}])
+    [pod] = render_worker_pods(job, uid=UID)
+    assert container(pod)["env"][-1] == {"name": "XLA_FLAGS", "value": "--xla_dump_to=/tmp"}
+    job = tpu_job("2x4", env=[{"name": "A", "value": "1"}, {"name": "TPU_WORKER_ID", "value": "7"}])
+    with pytest.raises(ValueError, match=r"spec\.env\[1\]\.name: 'TPU_WORKER_ID'"):
+        render_worker_pods(job, uid=UID)
+
+
+# --------------------------------------------------------------------------- the script runs
+
+
+def _stub(directory: Path, name: str, body: str) -> None:
+    path = directory / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+
+
+def test_worker_script_waits_for_the_head_then_execs_ray_start(tmp_path: Path) -> None:
+    """Run the rendered ``sh -c`` script with a stub ``ray``: quoting and control flow."""
+    calls = tmp_path / "calls"
+    _stub(
+        tmp_path,
+        "ray",
+        f"""{sys.executable} -c 'import json,sys; print(json.dumps(sys.argv[1:]))' "$@" >> {calls}
+if [ "$1" = health-check ]; then
+  n=$(cat {tmp_path}/n 2>/dev/null || echo 0); echo $((n + 1)) > {tmp_path}/n
+  [ "$n" -ge 1 ]; exit $?
+fi
+""",
+    )
+    [pod] = render_worker_pods(tpu_job("2x4"), uid=UID)
+    command = container(pod)["command"]
+    env_vars = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
+    subprocess.run(command, env=env_vars, check=True, timeout=30, capture_output=True)
+    lines = [json.loads(line) for line in calls.read_text().splitlines()]
+    health = ["health-check", "--address=tpu-head.tpu-headless:6379"]
+    assert lines[:2] == [health, health]  # the first check failed: it waited and retried
+    assert lines[2] == ["start", *_ray_start_args(pod)]
+    assert '--resources={"TPU":8}' in lines[2]

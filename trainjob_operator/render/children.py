@@ -1,0 +1,82 @@
+"""The complete set of children of a TrainJob, in creation order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainjob_operator.api.models import TrainJob
+from trainjob_operator.render.common import RenderOptions, build_context, child_key
+from trainjob_operator.render.driver import (
+    render_driver_pod,
+    render_driver_role,
+    render_driver_role_binding,
+    render_driver_service_account,
+)
+from trainjob_operator.render.head import render_head_pod, render_headless_service
+from trainjob_operator.render.validation_pool import render_validation_pods
+from trainjob_operator.render.workers import render_worker_pods
+
+__all__ = ["render_children", "render_for_reconcile"]
+
+
+def render_children(
+    job: TrainJob,
+    *,
+    uid: str,
+    attempt: int = 0,
+    validation_replicas: int = 0,
+    options: RenderOptions | None = None,
+) -> list[dict[str, Any]]:
+    """Every child object of ``job`` as plain dicts, in the order to create them.
+
+    ServiceAccount, Role, RoleBinding (``<job>-driver``), the headless Service, the Ray head,
+    the workers, ``validation_replicas`` validation pods, and the driver (last: it needs the
+    RBAC objects and waits for the head).
+
+    Args:
+        job: the TrainJob model (e.g. ``parse_trainjob(body)``).
+        uid: ``metadata.uid`` of the TrainJob (owner references).
+        attempt: whole-cluster restart counter (``status.restarts``); it labels every pod
+            (``trainjob.dev/attempt``), so a restart renders pods with a new spec hash.
+        validation_replicas: size of the validation pool, decided by the reconciler from
+            ``status.validations`` demand (``0 <= n <= pool.maxReplicas``).
+        options: operator-level settings (:class:`RenderOptions`).
+
+    The output is deterministic (same input, identical dicts) and every object carries the
+    ``trainjob.dev/spec-hash`` annotation. Keys (:func:`child_key`) are unique.
+
+    Raises:
+        ValueError: for an invalid ``spec.podTemplate`` (naming ``spec.podTemplate.<key>``),
+            ``spec.env`` overriding an operator variable, a bad ``validation_replicas``, an
+            oversized spec, or a name that is not a valid DNS label.
+    """
+    build_context(job, uid=uid, attempt=attempt, options=options)  # fail early, once
+    children: list[dict[str, Any]] = [
+        render_driver_service_account(job, uid=uid, options=options),
+        render_driver_role(job, uid=uid, options=options),
+        render_driver_role_binding(job, uid=uid, options=options),
+        render_headless_service(job, uid=uid, options=options),
+        render_head_pod(job, uid=uid, attempt=attempt, options=options),
+        *render_worker_pods(job, uid=uid, attempt=attempt, options=options),
+        *render_validation_pods(
+            job,
+            uid=uid,
+            attempt=attempt,
+            validation_replicas=validation_replicas,
+            options=options,
+        ),
+        render_driver_pod(job, uid=uid, attempt=attempt, options=options),
+    ]
+    keys = [child_key(obj) for obj in children]
+    duplicates = sorted({key for key in keys if keys.count(key) > 1})
+    if duplicates:
+        raise ValueError(f"rendered children collide: {duplicates}")
+    return children
+
+
+def render_for_reconcile(
+    job: TrainJob, uid: str, attempt: int, validation_replicas: int
+) -> list[dict[str, Any]]:
+    """:func:`render_children` with default options, in the positional form the reconciler's
+    ``Renderer`` type uses: ``(job, uid, attempt, validation replicas) -> children``."""
+    return render_children(job, uid=uid, attempt=attempt, validation_replicas=validation_replicas)

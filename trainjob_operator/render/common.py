@@ -1,0 +1,582 @@
+"""What all rendered children share: labels, owner references, security, pods, the spec hash.
+
+The renderers are pure: ``TrainJob model (+ uid, attempt, options) -> plain dicts`` that can be
+sent to the Kubernetes API as they are. Nothing here does I/O; the same input always renders the
+same output (the reconciler diffs by :func:`child_key` and recreates when the
+:data:`SPEC_HASH_ANNOTATION` of an observed child differs from the rendered one).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from trainjob_operator.api.models import API_VERSION, KIND, TrainJob
+from trainjob_operator.render.names import (
+    GCS_PORT,
+    check_dns_label,
+    head_address,
+    headless_service_name,
+)
+from trainjob_operator.render.pod_template import PodTemplateOverrides, parse_pod_template
+
+__all__ = [
+    "APP_LABEL",
+    "ATTEMPT_LABEL",
+    "CLIENT_PORT",
+    "DASHBOARD_PORT",
+    "GCS_PORT",
+    "KUEUE_POD_GROUP_NAME",
+    "KUEUE_POD_GROUP_TOTAL_COUNT",
+    "KUEUE_QUEUE_LABEL",
+    "MANAGED_BY_LABEL",
+    "MEGASCALE_PORT",
+    "METRICS_PORT",
+    "NAME_LABEL",
+    "ROLE_LABEL",
+    "SHM_VOLUME",
+    "SLICE_LABEL",
+    "SPEC_HASH_ANNOTATION",
+    "RenderContext",
+    "RenderOptions",
+    "Role",
+    "build_container",
+    "build_context",
+    "build_pod",
+    "child_key",
+    "common_env",
+    "common_labels",
+    "container_security_context",
+    "cpu_cores",
+    "env_var",
+    "finalize",
+    "object_meta",
+    "owner_reference",
+    "pod_group_name",
+    "pod_security_context",
+    "quantities",
+    "ray_cpus",
+    "ray_resources_arg",
+    "ray_worker_command",
+    "spec_hash",
+    "wait_for_head_script",
+]
+
+# --------------------------------------------------------------------------- constants
+
+APP_LABEL = "app.kubernetes.io/name"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+NAME_LABEL = "trainjob.dev/name"
+"""The TrainJob's name; the headless Service selects on it alone (all pods of the job)."""
+ROLE_LABEL = "trainjob.dev/role"
+"""``head``, ``worker``, ``validation`` or ``driver``."""
+SLICE_LABEL = "trainjob.dev/slice"
+"""Index of the TPU slice of a TPU worker pod (``"0"``, ``"1"``...)."""
+ATTEMPT_LABEL = "trainjob.dev/attempt"
+"""Whole-cluster restart counter (``status.restarts``) on every pod; a restart renders new pods."""
+SPEC_HASH_ANNOTATION = "trainjob.dev/spec-hash"
+"""Hash of the rendered object (without this annotation); a change means "recreate"."""
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_POD_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"
+"""Kueue reads it as a label; it is also set as an annotation for tools that look there."""
+KUEUE_POD_GROUP_TOTAL_COUNT = "kueue.x-k8s.io/pod-group-total-count"
+
+DASHBOARD_PORT = 8265
+CLIENT_PORT = 10001
+METRICS_PORT = 8080
+"""Ray's Prometheus metrics export port on every Ray node."""
+MEGASCALE_PORT = 8081
+"""Multislice (megascale) coordinator port, the value Ray's TPU support uses."""
+
+SHM_VOLUME = "dshm"
+"""The memory-backed ``/dev/shm`` volume of every pod (Ray's object store)."""
+
+RUN_AS_USER = 1000
+
+Role = Literal["head", "worker", "validation", "driver"]
+
+
+# --------------------------------------------------------------------------- options / context
+
+
+def _default_head_resources() -> dict[str, str]:
+    return {"cpu": "1", "memory": "2Gi"}
+
+
+def _default_driver_resources() -> dict[str, str]:
+    return {"cpu": "1", "memory": "2Gi"}
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    """Operator-level settings of the renderers (the same for every reconcile of a job).
+
+    Attributes:
+        default_namespace: namespace used when ``metadata.namespace`` is unset (local manifests).
+        head_resources: resources of the Ray head when ``spec.ray.head.resources`` is empty.
+        driver_resources: resources of the driver pod (in local mode, ``numWorkers: 0``, the
+            driver runs the train function and gets ``resourcesPerWorker`` instead).
+        validation_slots: ``validation`` Ray resource (and logical CPUs) of each validation pod,
+            i.e. validations one pod runs at a time. The reconciler sizes the pool from demand in
+            validations, so the default of 1 keeps "one pod per validation".
+        image_pull_policy: ``imagePullPolicy`` of every container.
+    """
+
+    default_namespace: str = "default"
+    head_resources: Mapping[str, int | str] = field(default_factory=_default_head_resources)
+    driver_resources: Mapping[str, int | str] = field(default_factory=_default_driver_resources)
+    validation_slots: int = 1
+    image_pull_policy: str = "IfNotPresent"
+
+    def __post_init__(self) -> None:
+        if self.validation_slots < 1:
+            raise ValueError(
+                f"RenderOptions.validation_slots must be >= 1, got {self.validation_slots}"
+            )
+
+
+@dataclass(frozen=True)
+class RenderContext:
+    """Everything a renderer needs, resolved once: the job, its uid, namespace and attempt."""
+
+    job: TrainJob
+    uid: str
+    attempt: int
+    namespace: str
+    options: RenderOptions
+    overrides: PodTemplateOverrides
+
+    @property
+    def name(self) -> str:
+        """The TrainJob's name."""
+        return self.job.metadata.name
+
+    @property
+    def head_address(self) -> str:
+        """GCS address of the Ray head (``<job>-head.<job>-headless:6379``)."""
+        return head_address(self.name)
+
+    @property
+    def storage_service_account(self) -> str | None:
+        """``spec.storage.serviceAccountName`` (Workload Identity), if set."""
+        storage = self.job.spec.storage
+        return storage.service_account_name if storage is not None else None
+
+
+def build_context(
+    job: TrainJob, *, uid: str, attempt: int = 0, options: RenderOptions | None = None
+) -> RenderContext:
+    """Resolve and check the inputs shared by all renderers.
+
+    Raises:
+        ValueError: for an empty ``uid``, a negative ``attempt``, an invalid
+            ``spec.podTemplate`` or a name that cannot make valid child names.
+    """
+    if not uid:
+        raise ValueError("uid is required: the owner references need the TrainJob's uid")
+    if attempt < 0:
+        raise ValueError(f"attempt must be >= 0, got {attempt}")
+    opts = options or RenderOptions()
+    check_dns_label(job.metadata.name, "TrainJob name")
+    check_dns_label(headless_service_name(job.metadata.name), "Service name")
+    return RenderContext(
+        job=job,
+        uid=uid,
+        attempt=attempt,
+        namespace=job.metadata.namespace or opts.default_namespace,
+        options=opts,
+        overrides=parse_pod_template(job.spec.pod_template),
+    )
+
+
+# --------------------------------------------------------------------------- metadata
+
+
+def common_labels(ctx: RenderContext, role: Role | None = None) -> dict[str, str]:
+    """Labels of every child: app, managed-by, the job name, and the role when given."""
+    labels = {
+        APP_LABEL: "trainjob",
+        MANAGED_BY_LABEL: "trainjob-operator",
+        NAME_LABEL: ctx.name,
+    }
+    if role is not None:
+        labels[ROLE_LABEL] = role
+    return labels
+
+
+def owner_reference(ctx: RenderContext) -> dict[str, Any]:
+    """The controller owner reference to the TrainJob (garbage collection, watches)."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": ctx.name,
+        "uid": ctx.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def object_meta(
+    ctx: RenderContext,
+    name: str,
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """``metadata`` of a child: name, namespace, labels, annotations, owner reference."""
+    return {
+        "name": name,
+        "namespace": ctx.namespace,
+        "labels": dict(labels),
+        "annotations": dict(annotations or {}),
+        "ownerReferences": [owner_reference(ctx)],
+    }
+
+
+def pod_group_name(ctx: RenderContext) -> str:
+    """Kueue pod group of the head and workers of this attempt: ``<job>-attempt-<n>``.
+
+    A whole-cluster restart is a new gang (admitted anew); a replaced worker joins the same one.
+    """
+    return check_dns_label(f"{ctx.name}-attempt-{ctx.attempt}", "Kueue pod group name")
+
+
+# --------------------------------------------------------------------------- hashing / keys
+
+
+def spec_hash(obj: Mapping[str, Any]) -> str:
+    """A stable hash of a rendered object, ignoring its own :data:`SPEC_HASH_ANNOTATION`.
+
+    Compare the annotation of an observed child with the one of the freshly rendered child;
+    never hash an object read back from the API server (server-side defaulting changes it).
+    """
+    body = copy.deepcopy(dict(obj))
+    meta = body.get("metadata")
+    if isinstance(meta, dict) and isinstance(meta.get("annotations"), dict):
+        meta["annotations"].pop(SPEC_HASH_ANNOTATION, None)
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def child_key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    """``(kind, metadata.name)``: the identity the reconciler diffs observed and desired by."""
+    return str(obj["kind"]), str(obj["metadata"]["name"])
+
+
+def finalize(obj: dict[str, Any]) -> dict[str, Any]:
+    """Check the names of a rendered object and stamp its spec hash; returns ``obj``."""
+    meta = obj["metadata"]
+    check_dns_label(meta["name"], f"{obj['kind']} name")
+    for key, value in meta.get("labels", {}).items():
+        if len(value) > 63:
+            raise ValueError(f"label {key}={value!r} of {meta['name']} exceeds 63 characters")
+    spec = obj.get("spec")
+    if obj["kind"] == "Pod" and isinstance(spec, dict):
+        check_dns_label(spec["hostname"], "pod hostname")
+        check_dns_label(spec["subdomain"], "pod subdomain")
+    meta.setdefault("annotations", {})[SPEC_HASH_ANNOTATION] = spec_hash(obj)
+    return obj
+
+
+# --------------------------------------------------------------------------- quantities
+
+_SUFFIXES: dict[str, float] = {
+    "": 1.0,
+    "n": 1e-9,
+    "u": 1e-6,
+    "m": 1e-3,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "P": 1e15,
+    "E": 1e18,
+    "Ki": 2.0**10,
+    "Mi": 2.0**20,
+    "Gi": 2.0**30,
+    "Ti": 2.0**40,
+    "Pi": 2.0**50,
+    "Ei": 2.0**60,
+}
+_QUANTITY_RE = re.compile(
+    r"^\+?([0-9]+(?:\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+|[KMGTPE]i|[numkMGTPE])?$"
+)
+
+
+def cpu_cores(value: int | str) -> float:
+    """A Kubernetes quantity as a number (``"500m"`` -> 0.5, ``"2"`` -> 2.0, ``4`` -> 4.0).
+
+    Raises:
+        ValueError: for a string that is not a quantity.
+    """
+    if isinstance(value, int):
+        return float(value)
+    match = _QUANTITY_RE.match(value.strip())
+    if not match:
+        raise ValueError(f"{value!r} is not a Kubernetes quantity")
+    number, suffix = match.group(1), match.group(2) or ""
+    if suffix[:1] in ("e", "E"):
+        return float(number + suffix)
+    return float(number) * _SUFFIXES[suffix]
+
+
+def ray_cpus(value: int | str | None, default: int = 1) -> int:
+    """Logical CPUs a Ray node advertises for a CPU quantity: rounded up, at least 1."""
+    if value is None:
+        return default
+    return max(1, math.ceil(cpu_cores(value) - 1e-9))
+
+
+def quantities(resources: Mapping[str, int | str]) -> dict[str, Any]:
+    """A container ``resources`` block with requests equal to limits, quantities as strings."""
+    if not resources:
+        return {}
+    values = {name: str(q) for name, q in resources.items()}
+    return {"requests": dict(values), "limits": dict(values)}
+
+
+# --------------------------------------------------------------------------- security
+
+
+def pod_security_context(ctx: RenderContext) -> dict[str, Any]:
+    """Pod-level security: non-root uid 1000, RuntimeDefault seccomp (podTemplate may tune ids)."""
+    sc: dict[str, Any] = {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS_USER,
+        "runAsGroup": RUN_AS_USER,
+        "fsGroup": RUN_AS_USER,
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    sc.update(copy.deepcopy(ctx.overrides.security_context))
+    return sc
+
+
+def container_security_context() -> dict[str, Any]:
+    """Container-level security (Pod Security Standard "restricted")."""
+    return {
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+# --------------------------------------------------------------------------- containers / pods
+
+
+def env_var(name: str, value: str) -> dict[str, Any]:
+    """A literal environment variable."""
+    return {"name": name, "value": value}
+
+
+def _check_env_conflicts(ctx: RenderContext, operator_env: Sequence[Mapping[str, Any]]) -> None:
+    reserved = {e["name"] for e in operator_env}
+    for index, var in enumerate(ctx.job.spec.env):
+        if var.name in reserved:
+            raise ValueError(
+                f"spec.env[{index}].name: {var.name!r} is set by the operator; remove it"
+            )
+
+
+def build_container(
+    ctx: RenderContext,
+    *,
+    name: str,
+    command: list[str],
+    env: Sequence[Mapping[str, Any]],
+    resources: Mapping[str, int | str],
+    ports: Sequence[tuple[str, int]] = (),
+    readiness_probe: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The main container: ``spec.image``, operator env then ``spec.env``, requests = limits,
+    ``/dev/shm`` plus the podTemplate mounts, restricted security context.
+
+    Raises:
+        ValueError: when ``spec.env`` sets a variable the operator sets for this pod.
+    """
+    _check_env_conflicts(ctx, env)
+    container: dict[str, Any] = {
+        "name": name,
+        "image": ctx.job.spec.image,
+        "imagePullPolicy": ctx.options.image_pull_policy,
+        "command": list(command),
+        "env": [dict(e) for e in env] + [var.to_dict() for var in ctx.job.spec.env],
+        "resources": quantities(resources),
+        "volumeMounts": [
+            {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
+            *copy.deepcopy(ctx.overrides.volume_mounts),
+        ],
+        "securityContext": container_security_context(),
+    }
+    if ports:
+        container["ports"] = [
+            {"name": port_name, "containerPort": number, "protocol": "TCP"}
+            for port_name, number in ports
+        ]
+    if ctx.overrides.env_from:
+        container["envFrom"] = copy.deepcopy(ctx.overrides.env_from)
+    if readiness_probe is not None:
+        container["readinessProbe"] = dict(readiness_probe)
+    return container
+
+
+def _merge_node_selector(
+    user: Mapping[str, str], operator: Mapping[str, str], user_field: str
+) -> dict[str, str]:
+    merged = dict(user)
+    for key, value in operator.items():
+        if key in merged and merged[key] != value:
+            raise ValueError(
+                f"{user_field}[{key!r}]: {merged[key]!r} conflicts with {value!r} that the "
+                "operator sets; remove it"
+            )
+        merged[key] = value
+    return merged
+
+
+def _merge_affinity(operator: Mapping[str, Any], user: Mapping[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(dict(operator))
+    for key, value in user.items():
+        if key not in merged:
+            merged[key] = copy.deepcopy(value)
+            continue
+        section = merged[key]
+        for term_key, terms in value.items():
+            section[term_key] = list(section.get(term_key, [])) + copy.deepcopy(terms)
+    return merged
+
+
+def build_pod(
+    ctx: RenderContext,
+    *,
+    name: str,
+    role: Role,
+    container: dict[str, Any],
+    extra_labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    node_selector: Mapping[str, str] | None = None,
+    user_node_selector: Mapping[str, str] | None = None,
+    tolerations: Sequence[Mapping[str, Any]] = (),
+    affinity: Mapping[str, Any] | None = None,
+    service_account: str | None = None,
+    gang: bool = False,
+) -> dict[str, Any]:
+    """A pod of the job with everything common applied and the podTemplate merged in.
+
+    Node selector: ``spec.podTemplate.nodeSelector``, overridden by ``user_node_selector`` (a
+    more specific user field, e.g. ``spec.validation.pool.nodeSelector``), then the operator's
+    ``node_selector`` (TPU, spot), which must not be contradicted. Tolerations: ``tolerations``
+    then the podTemplate's. Affinity: ``affinity`` merged with the podTemplate's.
+    ``gang`` adds the Kueue pod-group metadata
+    (head and workers). Without ``service_account`` the pod runs as the namespace's default
+    ServiceAccount with no API token mounted.
+    """
+    spec = ctx.job.spec
+    overrides = ctx.overrides
+    labels = dict(overrides.labels)
+    labels.update(common_labels(ctx, role))
+    labels.update(extra_labels or {})
+    labels[ATTEMPT_LABEL] = str(ctx.attempt)
+    pod_annotations = dict(overrides.annotations)
+    pod_annotations.update(annotations or {})
+    if spec.queue_name:
+        labels[KUEUE_QUEUE_LABEL] = spec.queue_name
+        if gang:
+            group = pod_group_name(ctx)
+            labels[KUEUE_POD_GROUP_NAME] = group
+            pod_annotations[KUEUE_POD_GROUP_NAME] = group
+            pod_annotations[KUEUE_POD_GROUP_TOTAL_COUNT] = str(1 + spec.scaling.num_workers)
+
+    pod_spec: dict[str, Any] = {
+        "hostname": name,
+        "subdomain": headless_service_name(ctx.name),
+        "restartPolicy": "Never",
+        "enableServiceLinks": False,
+        "securityContext": pod_security_context(ctx),
+        "containers": [container],
+        "volumes": [
+            {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
+            *copy.deepcopy(overrides.volumes),
+        ],
+    }
+    if service_account:
+        pod_spec["serviceAccountName"] = service_account
+    else:
+        pod_spec["automountServiceAccountToken"] = False
+    selector = _merge_node_selector(
+        {**overrides.node_selector, **(user_node_selector or {})},
+        node_selector or {},
+        "spec.podTemplate.nodeSelector",
+    )
+    if selector:
+        pod_spec["nodeSelector"] = selector
+    all_tolerations = [dict(t) for t in tolerations] + copy.deepcopy(overrides.tolerations)
+    if all_tolerations:
+        pod_spec["tolerations"] = all_tolerations
+    merged_affinity = _merge_affinity(affinity or {}, overrides.affinity)
+    if merged_affinity:
+        pod_spec["affinity"] = merged_affinity
+    if overrides.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = copy.deepcopy(overrides.image_pull_secrets)
+    if overrides.priority_class_name:
+        pod_spec["priorityClassName"] = overrides.priority_class_name
+    if overrides.scheduler_name:
+        pod_spec["schedulerName"] = overrides.scheduler_name
+    if overrides.termination_grace_period_seconds is not None:
+        pod_spec["terminationGracePeriodSeconds"] = overrides.termination_grace_period_seconds
+    return finalize(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": object_meta(ctx, name, labels, pod_annotations),
+            "spec": pod_spec,
+        }
+    )
+
+
+def common_env(ctx: RenderContext) -> list[dict[str, Any]]:
+    """Environment of every container: the job's name, namespace and attempt."""
+    return [
+        env_var("TRAINJOB_NAME", ctx.name),
+        env_var("TRAINJOB_NAMESPACE", ctx.namespace),
+        env_var("TRAINJOB_ATTEMPT", str(ctx.attempt)),
+    ]
+
+
+def wait_for_head_script(ctx: RenderContext) -> str:
+    """Shell lines that block until the Ray head's GCS answers (the head may start later)."""
+    address = shlex.quote(ctx.head_address)
+    return (
+        f"until ray health-check --address={address} >/dev/null 2>&1; do\n"
+        f"  echo waiting for the Ray head at {address}; sleep 2\n"
+        "done\n"
+    )
+
+
+def ray_worker_command(ctx: RenderContext, ray_args: Sequence[str]) -> list[str]:
+    """``sh -c``: wait for the head, then ``exec ray start --address=<head>:6379 --block``.
+
+    ``ray_args`` (``--num-cpus``, ``--resources``...) are appended, shell-quoted.
+    """
+    argv = [
+        "ray",
+        "start",
+        f"--address={ctx.head_address}",
+        "--block",
+        f"--metrics-export-port={METRICS_PORT}",
+        "--disable-usage-stats",
+        *ray_args,
+    ]
+    return ["/bin/sh", "-c", wait_for_head_script(ctx) + "exec " + shlex.join(argv)]
+
+
+def ray_resources_arg(resources: Mapping[str, float | int]) -> str:
+    """``--resources=<json>`` with sorted keys (deterministic)."""
+    return "--resources=" + json.dumps(dict(resources), sort_keys=True, separators=(",", ":"))

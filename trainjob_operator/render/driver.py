@@ -1,0 +1,262 @@
+"""The driver pod ``<job>-driver`` and its ServiceAccount, Role and RoleBinding.
+
+The driver runs ``python -m trainjob_operator.driver_main``: it builds the trainer from the
+TrainJob (:mod:`trainjob_operator.driver`), drives the workers on the Ray cluster, and patches
+``status.progress``/checkpoints/validations of its own TrainJob.
+
+Design choices:
+
+- **Ray address.** ``RAY_ADDRESS`` is the head's GCS address ``<job>-head.<job>-headless:6379``
+  (not ``ray://...:10001``). The driver is then a regular Ray driver: full API (placement groups,
+  actors, threads, object transfers without the Ray Client proxy and its size and reconnect
+  limits). A driver attached by GCS address needs a raylet on its own node, so the pod first
+  joins the cluster as a zero-resource node (``ray start --address=$RAY_ADDRESS --num-cpus=0
+  --num-gpus=0``; nothing is scheduled there) and then ``exec``\\ s the driver, whose exit status
+  becomes the pod's (``restartPolicy: Never``: Succeeded/Failed is the run's outcome).
+- **Spec transport.** The TrainJob is passed as compact JSON in the env var
+  :data:`DRIVER_MANIFEST_ENV` (``parse_trainjob(json.loads(...))`` restores it). An env var is
+  part of the pod spec: it is immutable for the pod's life (the driver runs exactly the spec the
+  pod, and its spec hash, were rendered from), needs no extra object, RBAC or propagation
+  delay, and is there before the container starts. A ConfigMap would add a child to reconcile
+  and update under a running driver. The limit is the kernel's 128 KiB per env string: larger
+  specs are rejected (keep ``spec.config`` small; load big configs from storage). Fields only the
+  operator acts on (:data:`OPERATOR_ONLY_FIELDS`) are left out, so e.g. changing
+  ``ttlSecondsAfterFinished`` or ``suspend`` does not change the driver's spec hash.
+- **ServiceAccount.** The per-job ServiceAccount ``<job>-driver`` is bound to a Role that allows
+  only ``get``/``patch`` of ``trainjobs/status`` and ``get`` of ``trainjobs``, both restricted to
+  this job (``resourceNames``). When ``spec.storage.serviceAccountName`` is set (Workload
+  Identity for GCS) the driver must run as that account, because it writes the checkpoint
+  manifest and deletes evicted checkpoints; the RoleBinding then also binds the Role to that
+  account (a pod has a single identity). The binding is owned by the TrainJob and goes away with
+  it. The per-job ServiceAccount is rendered either way, so the set of children does not depend
+  on storage settings.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from trainjob_operator.api.models import API_GROUP, API_VERSION, KIND, PLURAL, TrainJob
+from trainjob_operator.render.common import (
+    RenderContext,
+    RenderOptions,
+    build_container,
+    build_context,
+    build_pod,
+    common_env,
+    common_labels,
+    env_var,
+    finalize,
+    object_meta,
+    wait_for_head_script,
+)
+from trainjob_operator.render.names import driver_name
+from trainjob_operator.render.workers import GPU_RESOURCE
+
+__all__ = [
+    "DRIVER_MAIN_MODULE",
+    "DRIVER_MANIFEST_ENV",
+    "MAX_ENV_VALUE_BYTES",
+    "OPERATOR_ONLY_FIELDS",
+    "driver_manifest",
+    "driver_manifest_json",
+    "driver_service_account_name",
+    "render_driver_pod",
+    "render_driver_role",
+    "render_driver_role_binding",
+    "render_driver_service_account",
+]
+
+DRIVER_MAIN_MODULE = "trainjob_operator.driver_main"
+"""The module the driver container runs with ``python -m``."""
+DRIVER_MANIFEST_ENV = "TRAINJOB_MANIFEST"
+"""Env var holding the TrainJob (apiVersion, kind, name/namespace/uid, spec) as JSON."""
+MAX_ENV_VALUE_BYTES = 128 * 1024 - len(DRIVER_MANIFEST_ENV) - 2
+"""Linux limits one ``NAME=value`` env string to 128 KiB (``MAX_ARG_STRLEN``)."""
+OPERATOR_ONLY_FIELDS: dict[str, tuple[str, ...]] = {
+    "": ("suspend", "ttlSecondsAfterFinished", "queueName"),
+    "failure": ("maxRestarts", "activeDeadlineSeconds", "startupDeadlineSeconds"),
+}
+"""camelCase spec fields (by parent, ``""`` = spec) left out of the driver's copy."""
+
+
+def driver_service_account_name(job: TrainJob) -> str:
+    """The driver's ServiceAccount: ``spec.storage.serviceAccountName`` or ``<job>-driver``."""
+    storage = job.spec.storage
+    if storage is not None and storage.service_account_name:
+        return storage.service_account_name
+    return driver_name(job.metadata.name)
+
+
+def _manifest(ctx: RenderContext) -> dict[str, Any]:
+    spec = ctx.job.spec.to_dict()
+    for parent, keys in OPERATOR_ONLY_FIELDS.items():
+        target = spec if not parent else spec.get(parent, {})
+        for key in keys:
+            target.pop(key, None)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": ctx.name, "namespace": ctx.namespace, "uid": ctx.uid},
+        "spec": spec,
+    }
+
+
+def driver_manifest(
+    job: TrainJob, *, uid: str, options: RenderOptions | None = None
+) -> dict[str, Any]:
+    """The TrainJob as the driver receives it (without status and operator-only fields)."""
+    return _manifest(build_context(job, uid=uid, options=options))
+
+
+def _manifest_json(ctx: RenderContext) -> str:
+    text = json.dumps(_manifest(ctx), sort_keys=True, separators=(",", ":"))
+    size = len(text.encode())
+    if size > MAX_ENV_VALUE_BYTES:
+        raise ValueError(
+            f"spec: the TrainJob is {size} bytes as JSON, more than the {MAX_ENV_VALUE_BYTES} "
+            f"bytes the driver's {DRIVER_MANIFEST_ENV} env var can hold; keep spec.config "
+            "small and load large configuration from storage"
+        )
+    return text
+
+
+def driver_manifest_json(job: TrainJob, *, uid: str, options: RenderOptions | None = None) -> str:
+    """The value of :data:`DRIVER_MANIFEST_ENV`: compact JSON with sorted keys.
+
+    Raises:
+        ValueError: when it exceeds :data:`MAX_ENV_VALUE_BYTES`.
+    """
+    return _manifest_json(build_context(job, uid=uid, options=options))
+
+
+def _driver_resources(ctx: RenderContext) -> dict[str, int | str]:
+    scaling = ctx.job.spec.scaling
+    if scaling.num_workers > 0:
+        return dict(ctx.options.driver_resources)
+    # Local mode: the train function runs in the driver process.
+    resources: dict[str, int | str] = dict(scaling.resources_per_worker or {})
+    resources = resources or dict(ctx.options.driver_resources)
+    if scaling.use_gpu and GPU_RESOURCE not in resources:
+        resources[GPU_RESOURCE] = 1
+    return resources
+
+
+def driver_command(ctx: RenderContext) -> list[str]:
+    """Wait for the head, join as a zero-resource Ray node, then exec the driver."""
+    script = (
+        "set -e\n"
+        + wait_for_head_script(ctx)
+        + 'ray start --address="$RAY_ADDRESS" --num-cpus=0 --num-gpus=0 '
+        + "--disable-usage-stats\n"
+        + f"exec python -m {DRIVER_MAIN_MODULE}\n"
+    )
+    return ["/bin/sh", "-c", script]
+
+
+def render_driver_pod(
+    job: TrainJob, *, uid: str, attempt: int = 0, options: RenderOptions | None = None
+) -> dict[str, Any]:
+    """The driver pod ``<job>-driver`` (``restartPolicy: Never``).
+
+    Env: ``RAY_ADDRESS`` (head GCS address), ``TRAINJOB_NAME``, ``TRAINJOB_NAMESPACE``,
+    ``TRAINJOB_ATTEMPT``, :data:`DRIVER_MANIFEST_ENV`, then ``spec.env``. Runs as
+    :func:`driver_service_account_name`. Resources: ``options.driver_resources``, or
+    ``resourcesPerWorker`` in local mode (``numWorkers: 0``). Not part of the Kueue gang.
+
+    Raises:
+        ValueError: for an oversized spec, an invalid ``spec.podTemplate``/``spec.env``.
+    """
+    ctx = build_context(job, uid=uid, attempt=attempt, options=options)
+    env = [
+        env_var("RAY_ADDRESS", ctx.head_address),
+        *common_env(ctx),
+        env_var(DRIVER_MANIFEST_ENV, _manifest_json(ctx)),
+        env_var("PYTHONUNBUFFERED", "1"),
+    ]
+    container = build_container(
+        ctx,
+        name="driver",
+        command=driver_command(ctx),
+        env=env,
+        resources=_driver_resources(ctx),
+    )
+    return build_pod(
+        ctx,
+        name=driver_name(ctx.name),
+        role="driver",
+        container=container,
+        service_account=driver_service_account_name(job),
+    )
+
+
+def render_driver_service_account(
+    job: TrainJob, *, uid: str, options: RenderOptions | None = None
+) -> dict[str, Any]:
+    """The per-job ServiceAccount ``<job>-driver``."""
+    ctx = build_context(job, uid=uid, options=options)
+    return finalize(
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": object_meta(ctx, driver_name(ctx.name), common_labels(ctx, "driver")),
+        }
+    )
+
+
+def render_driver_role(
+    job: TrainJob, *, uid: str, options: RenderOptions | None = None
+) -> dict[str, Any]:
+    """Role ``<job>-driver``: ``get``/``patch`` ``trainjobs/status`` and ``get`` ``trainjobs``,
+    only for this TrainJob (``resourceNames``)."""
+    ctx = build_context(job, uid=uid, options=options)
+    return finalize(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": object_meta(ctx, driver_name(ctx.name), common_labels(ctx, "driver")),
+            "rules": [
+                {
+                    "apiGroups": [API_GROUP],
+                    "resources": [f"{PLURAL}/status"],
+                    "resourceNames": [ctx.name],
+                    "verbs": ["get", "patch"],
+                },
+                {
+                    "apiGroups": [API_GROUP],
+                    "resources": [PLURAL],
+                    "resourceNames": [ctx.name],
+                    "verbs": ["get"],
+                },
+            ],
+        }
+    )
+
+
+def render_driver_role_binding(
+    job: TrainJob, *, uid: str, options: RenderOptions | None = None
+) -> dict[str, Any]:
+    """RoleBinding ``<job>-driver``: the Role to ``<job>-driver`` and, when set, to
+    ``spec.storage.serviceAccountName`` (the account the driver then runs as)."""
+    ctx = build_context(job, uid=uid, options=options)
+    accounts = [driver_name(ctx.name)]
+    runs_as = driver_service_account_name(job)
+    if runs_as not in accounts:
+        accounts.append(runs_as)
+    return finalize(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": object_meta(ctx, driver_name(ctx.name), common_labels(ctx, "driver")),
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": driver_name(ctx.name),
+            },
+            "subjects": [
+                {"kind": "ServiceAccount", "name": account, "namespace": ctx.namespace}
+                for account in accounts
+            ],
+        }
+    )

@@ -1,0 +1,120 @@
+"""The Ray head pod and the headless Service of a TrainJob."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainjob_operator.api.models import TrainJob
+from trainjob_operator.render.common import (
+    CLIENT_PORT,
+    DASHBOARD_PORT,
+    GCS_PORT,
+    METRICS_PORT,
+    NAME_LABEL,
+    RenderOptions,
+    build_container,
+    build_context,
+    build_pod,
+    common_env,
+    common_labels,
+    finalize,
+    object_meta,
+)
+from trainjob_operator.render.names import head_pod_name, headless_service_name
+
+__all__ = ["HEAD_PORTS", "render_head_pod", "render_headless_service"]
+
+HEAD_PORTS: tuple[tuple[str, int], ...] = (
+    ("gcs", GCS_PORT),
+    ("dashboard", DASHBOARD_PORT),
+    ("client", CLIENT_PORT),
+    ("metrics", METRICS_PORT),
+)
+"""Named ports of the Ray head: GCS, dashboard, Ray client, Prometheus metrics."""
+
+
+def head_command() -> list[str]:
+    """``ray start --head --block`` with fixed ports and no logical CPUs/GPUs (no work there)."""
+    return [
+        "ray",
+        "start",
+        "--head",
+        "--block",
+        f"--port={GCS_PORT}",
+        "--dashboard-host=0.0.0.0",
+        f"--dashboard-port={DASHBOARD_PORT}",
+        f"--ray-client-server-port={CLIENT_PORT}",
+        f"--metrics-export-port={METRICS_PORT}",
+        "--num-cpus=0",
+        "--num-gpus=0",
+        "--disable-usage-stats",
+    ]
+
+
+def render_head_pod(
+    job: TrainJob, *, uid: str, attempt: int = 0, options: RenderOptions | None = None
+) -> dict[str, Any]:
+    """The Ray head pod ``<job>-head``.
+
+    It runs ``ray start --head --block`` with ``--num-cpus=0`` so that no task or actor lands on
+    it, exposes the GCS (6379), dashboard (8265), client (10001) and metrics (8080) ports, is
+    Ready once the GCS accepts connections, and gets ``spec.ray.head.resources`` (or
+    ``options.head_resources``). It runs no user code, so it gets neither the storage
+    ServiceAccount nor an API token. It belongs to the Kueue pod group with the workers.
+
+    Raises:
+        ValueError: for an invalid ``spec.podTemplate``/``spec.env`` or bad names.
+    """
+    ctx = build_context(job, uid=uid, attempt=attempt, options=options)
+    resources = job.spec.ray.head.resources or ctx.options.head_resources
+    container = build_container(
+        ctx,
+        name="ray-head",
+        command=head_command(),
+        env=common_env(ctx),
+        resources=resources,
+        ports=HEAD_PORTS,
+        readiness_probe={
+            "tcpSocket": {"port": GCS_PORT},
+            "periodSeconds": 5,
+            "failureThreshold": 3,
+        },
+    )
+    return build_pod(
+        ctx,
+        name=head_pod_name(ctx.name),
+        role="head",
+        container=container,
+        gang=True,
+    )
+
+
+def render_headless_service(
+    job: TrainJob, *, uid: str, options: RenderOptions | None = None
+) -> dict[str, Any]:
+    """The headless Service ``<job>-headless``.
+
+    ``clusterIP: None`` and ``publishNotReadyAddresses: true``, selecting every pod of the job
+    (label ``trainjob.dev/name``), so each pod gets the stable DNS name
+    ``<hostname>.<job>-headless`` as soon as it has an IP (Ray and the TPU runtime need their
+    peers before anything is Ready).
+    """
+    ctx = build_context(job, uid=uid, options=options)
+    return finalize(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": object_meta(
+                ctx, headless_service_name(ctx.name), common_labels(ctx, "head")
+            ),
+            "spec": {
+                "clusterIP": "None",
+                "publishNotReadyAddresses": True,
+                "selector": {NAME_LABEL: ctx.name},
+                "ports": [
+                    {"name": name, "port": port, "targetPort": port, "protocol": "TCP"}
+                    for name, port in HEAD_PORTS
+                ],
+            },
+        }
+    )

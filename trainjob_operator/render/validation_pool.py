@@ -1,0 +1,118 @@
+"""Validation pool pods ``<job>-val-<i>``: Ray nodes that alone advertise ``validation``.
+
+Validation tasks ask for ``{"validation": 1}`` and one CPU (``trainer_runtime.ValidationConfig``),
+so each pod advertises ``validation`` = ``options.validation_slots`` and as many logical CPUs.
+How many pods exist is the reconciler's decision (from ``status.validations`` demand, between
+``pool.minReplicas`` and ``pool.maxReplicas``); it passes it as ``validation_replicas``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainjob_operator.api.models import TrainJob
+from trainjob_operator.render.common import (
+    METRICS_PORT,
+    RenderOptions,
+    build_container,
+    build_context,
+    build_pod,
+    common_env,
+    ray_resources_arg,
+    ray_worker_command,
+)
+from trainjob_operator.render.names import validation_pod_name
+
+__all__ = ["GKE_SPOT_LABEL", "GKE_SPOT_TOLERATION", "VALIDATION_RESOURCE", "render_validation_pods"]
+
+GKE_SPOT_LABEL = "cloud.google.com/gke-spot"
+"""Node label of GKE spot VMs (value ``"true"``)."""
+GKE_SPOT_TOLERATION: dict[str, str] = {
+    "key": GKE_SPOT_LABEL,
+    "operator": "Equal",
+    "value": "true",
+    "effect": "NoSchedule",
+}
+"""Tolerates the optional ``cloud.google.com/gke-spot=true:NoSchedule`` taint of spot pools."""
+VALIDATION_RESOURCE = "validation"
+"""The Ray resource validation tasks ask for."""
+
+
+def render_validation_pods(
+    job: TrainJob,
+    *,
+    uid: str,
+    validation_replicas: int,
+    attempt: int = 0,
+    options: RenderOptions | None = None,
+) -> list[dict[str, Any]]:
+    """``validation_replicas`` validation pool pods ``<job>-val-0`` ... ``<job>-val-<n-1>``.
+
+    Each runs ``ray start --address=<head>:6379 --block --resources={"validation": slots}``
+    with ``pool.resources``, the node selector ``spec.podTemplate.nodeSelector`` <-
+    ``pool.nodeSelector`` <- ``cloud.google.com/gke-spot: "true"`` (when ``pool.spot``), and the
+    podTemplate and pool tolerations (plus the spot toleration). The pods run as
+    ``spec.storage.serviceAccountName`` when set (they read checkpoints); they are not part of
+    the Kueue gang (each is admitted on its own, the pool scales while the job runs).
+
+    Raises:
+        ValueError: when ``validation_replicas`` is negative, above ``pool.maxReplicas``, or
+            non-zero without ``spec.validation``; when ``pool.nodeSelector`` contradicts
+            ``pool.spot``; for an invalid ``spec.podTemplate``/``spec.env``.
+    """
+    ctx = build_context(job, uid=uid, attempt=attempt, options=options)
+    validation = job.spec.validation
+    if validation_replicas < 0:
+        raise ValueError(f"validation_replicas must be >= 0, got {validation_replicas}")
+    if validation is None:
+        if validation_replicas:
+            raise ValueError(
+                f"validation_replicas is {validation_replicas} but spec.validation is not set"
+            )
+        return []
+    pool = validation.pool
+    if validation_replicas > pool.max_replicas:
+        raise ValueError(
+            f"validation_replicas ({validation_replicas}) exceeds "
+            f"spec.validation.pool.maxReplicas ({pool.max_replicas})"
+        )
+    node_selector: dict[str, str] = {}
+    tolerations: list[dict[str, Any]] = [dict(t) for t in pool.tolerations]
+    if pool.spot:
+        current = pool.node_selector.get(GKE_SPOT_LABEL)
+        if current is not None and current != "true":
+            raise ValueError(
+                f"spec.validation.pool.nodeSelector[{GKE_SPOT_LABEL!r}]: {current!r} "
+                "contradicts spot: true; set spot: false for on-demand nodes"
+            )
+        node_selector[GKE_SPOT_LABEL] = "true"
+        tolerations.append(dict(GKE_SPOT_TOLERATION))
+    slots = ctx.options.validation_slots
+    args = [
+        f"--num-cpus={slots}",
+        "--num-gpus=0",
+        ray_resources_arg({VALIDATION_RESOURCE: slots}),
+    ]
+    pods = []
+    for index in range(validation_replicas):
+        container = build_container(
+            ctx,
+            name="ray-validation",
+            command=ray_worker_command(ctx, args),
+            env=common_env(ctx),
+            resources=pool.resources,
+            ports=(("metrics", METRICS_PORT),),
+        )
+        pods.append(
+            build_pod(
+                ctx,
+                name=validation_pod_name(ctx.name, index),
+                role="validation",
+                container=container,
+                node_selector=node_selector,
+                user_node_selector=pool.node_selector,
+                tolerations=tolerations,
+                service_account=ctx.storage_service_account,
+            )
+        )
+    return pods
