@@ -1,7 +1,8 @@
 """The in-cluster driver: ``python -m trainjob_operator.driver_main``.
 
-Runs in the TrainJob's driver pod: loads its TrainJob (from the file named by
-``TRAINJOB_SPEC_FILE``, else from the API by ``TRAINJOB_NAMESPACE``/``TRAINJOB_NAME``),
+Runs in the TrainJob's driver pod: loads its TrainJob (``TRAINJOB_MANIFEST``, JSON set
+by the operator; or the file ``TRAINJOB_SPEC_FILE``; else from the API by
+``TRAINJOB_NAMESPACE``/``TRAINJOB_NAME``),
 connects to the job's Ray cluster (``RAY_ADDRESS``), runs the training, and
 publishes progress, checkpoints and validation demand into the TrainJob's
 status (the operator scales the validation pool from ``status.validations``).
@@ -11,6 +12,7 @@ restarts the cluster up to ``spec.failure.maxRestarts``), 2 for invalid input.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -105,7 +107,11 @@ class StatusPublisher(StatusTracker):
 
 
 def load_job(client: KubeClient | None) -> TrainJob:
-    """The TrainJob this driver runs."""
+    """The TrainJob this driver runs: ``TRAINJOB_MANIFEST`` (JSON, set by the operator's
+    driver pod), else ``TRAINJOB_SPEC_FILE``, else read from the API."""
+    manifest = os.environ.get("TRAINJOB_MANIFEST")
+    if manifest:
+        return parse_trainjob(json.loads(manifest))
     spec_file = os.environ.get("TRAINJOB_SPEC_FILE")
     if spec_file:
         return parse_trainjob(yaml.safe_load(Path(spec_file).read_text()))
