@@ -39,11 +39,12 @@ def kube(envtest: EnvTest) -> KubeClient:
 class RunningOperator:
     """An operator thread that can be stopped and started again (an operator restart)."""
 
-    def __init__(self, envtest: EnvTest, namespace: str) -> None:
+    def __init__(self, envtest: EnvTest, namespace: str, liveness: str | None = None) -> None:
         self.config = KubeConfig(
             host=envtest.host, token=envtest.token, ca_file=str(envtest.ca_file)
         )
         self.namespace = namespace
+        self.liveness = liveness
         self.thread: threading.Thread | None = None
         self.stop_flag = threading.Event()
 
@@ -53,7 +54,12 @@ class RunningOperator:
         self.thread = threading.Thread(
             target=run_operator,
             args=(self.config, [self.namespace]),
-            kwargs={"stop_flag": self.stop_flag, "ready_flag": ready, "timer_interval": 1.0},
+            kwargs={
+                "stop_flag": self.stop_flag,
+                "ready_flag": ready,
+                "timer_interval": 1.0,
+                "liveness_endpoint": self.liveness,
+            },
             daemon=True,
         )
         self.thread.start()
@@ -220,6 +226,60 @@ def test_suspend_tears_down_and_resume_recreates(
     kube.patch("TrainJob", ns, "quickstart", {"spec": {"suspend": False}})
     wait_for("pods back", lambda: len(pods(kube, ns)) == 4)
     assert job_status(kube, ns)["phase"] == "Starting"
+
+
+def test_spec_update_scales_workers_and_replaces_changed_pods(
+    kube: KubeClient, operator: RunningOperator
+) -> None:
+    ns = operator.namespace
+    make_job(kube, ns)
+    wait_for("4 pods", lambda: len(pods(kube, ns)) == 4)
+    kube.patch("TrainJob", ns, "quickstart", {"spec": {"scaling": {"numWorkers": 3}}})
+    wait_for("3 workers", lambda: sorted(map(role, pods(kube, ns).values())).count("worker") == 3)
+    assert job_status(kube, ns)["observedGeneration"] == 2
+    kube.patch("TrainJob", ns, "quickstart", {"spec": {"image": "example.test/runtime:2"}})
+    wait_for(
+        "pods on the new image",
+        lambda: (
+            (p := pods(kube, ns))
+            and len(p) == 5
+            and all(
+                x["spec"]["containers"][0]["image"] == "example.test/runtime:2" for x in p.values()
+            )
+        ),
+    )
+
+
+def test_liveness_endpoint_and_metrics(
+    envtest: EnvTest, crd: None, k8s_namespace: str, kube: KubeClient
+) -> None:
+    import socket
+    import urllib.request
+
+    from trainjob_operator.operator_main import RECONCILES
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    op = RunningOperator(envtest, k8s_namespace, liveness=f"http://127.0.0.1:{port}/healthz")
+    before = RECONCILES.labels("create")._value.get()
+    op.start()
+    try:
+
+        def healthy() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
+                    return bool(r.status == 200)
+            except OSError:
+                return False
+
+        wait_for("liveness endpoint answering 200", healthy, timeout=30)
+        make_job(kube, k8s_namespace)
+        wait_for(
+            "a create reconcile counted", lambda: RECONCILES.labels("create")._value.get() > before
+        )
+    finally:
+        op.stop()
 
 
 def test_operator_restart_creates_no_duplicates(

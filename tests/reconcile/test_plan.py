@@ -207,3 +207,22 @@ def test_scaled_down_validation_pods_are_deleted() -> None:
     plan = plan_reconcile(_job(), {"phase": "Running"}, observed, _desired(validation=1), NOW)
     assert plan.delete == [("Pod", "tj-val-1")]
     assert plan.status["validationPool"] == {"replicas": 1}
+
+
+def _with_hash(pods: list[dict[str, Any]], value: str) -> list[dict[str, Any]]:
+    for pod in pods:
+        pod["metadata"]["annotations"] = {"trainjob.dev/spec-hash": value}
+    return pods
+
+
+def test_changed_pod_spec_replaces_the_pod() -> None:
+    observed = _with_hash(_running(), "old")
+    desired = _with_hash(_desired(), "old")
+    desired[1]["metadata"]["annotations"]["trainjob.dev/spec-hash"] = "new"  # tj-w0 changed
+    plan = plan_reconcile(_job(), {"phase": "Running"}, observed, desired, NOW)
+    assert plan.delete == [("Pod", "tj-w0")]
+    assert "SpecChanged" in [e.reason for e in plan.events]
+    same = plan_reconcile(
+        _job(), {"phase": "Running"}, observed, _with_hash(_desired(), "old"), NOW
+    )
+    assert same.delete == []

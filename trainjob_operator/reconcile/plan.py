@@ -24,6 +24,7 @@ ROLE_LABEL = "trainjob.dev/role"
 ATTEMPT_LABEL = "trainjob.dev/attempt"
 CLUSTER_ROLES = ("head", "worker", "validation")
 LAST_DEMAND_ANNOTATION = "trainjob.dev/validation-last-demand"
+SPEC_HASH_ANNOTATION = "trainjob.dev/spec-hash"
 
 CONDITION_TYPES = ("Created", "Running", "Suspended", "Restarting", "Succeeded", "Failed")
 
@@ -84,6 +85,12 @@ def _attempt(obj: dict[str, Any]) -> int | None:
     labels = (obj.get("metadata") or {}).get("labels") or {}
     value = labels.get(ATTEMPT_LABEL)
     return int(value) if value is not None else None
+
+
+def _spec_hash(obj: dict[str, Any]) -> str | None:
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(SPEC_HASH_ANNOTATION)
+    return str(value) if value is not None else None
 
 
 def _name(obj: dict[str, Any]) -> str:
@@ -312,6 +319,20 @@ def plan_reconcile(
                     "WorkerPodLost",
                     f"pod {_name(pod)} {pod_phase(pod).lower()}; recreating it",
                 )
+            )
+    desired_hash = {_name(d): _spec_hash(d) for d in desired if d.get("kind") == "Pod"}
+    for pod in current:
+        want = desired_hash.get(_name(pod))
+        if (
+            want is not None
+            and _spec_hash(pod) not in (None, want)
+            and (("Pod", _name(pod)) not in plan.delete)
+        ):
+            # The spec changed (image, resources, env...): replace the pod; the runtime
+            # resumes the workers from the latest checkpoint.
+            plan.delete.append(("Pod", _name(pod)))
+            plan.events.append(
+                Event("Normal", "SpecChanged", f"pod {_name(pod)} replaced to apply the new spec")
             )
     deleting = {name for kind, name in plan.delete if kind == "Pod"}
     for obj in desired:
