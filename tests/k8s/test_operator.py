@@ -78,7 +78,18 @@ def operator(envtest: EnvTest, crd: None, k8s_namespace: str) -> Iterator[Runnin
     try:
         yield op
     finally:
+        remove_trainjobs(envtest, k8s_namespace)
         op.stop()
+
+
+def remove_trainjobs(envtest: EnvTest, namespace: str) -> None:
+    """Delete the namespace's TrainJobs while the operator runs (it releases kopf's finalizer)."""
+    kube = KubeClient(
+        KubeConfig(host=envtest.host, token=envtest.token, ca_file=str(envtest.ca_file))
+    )
+    for job in kube.list("TrainJob", namespace):
+        kube.delete("TrainJob", namespace, job["metadata"]["name"])
+    wait_for("TrainJobs deleted", lambda: not kube.list("TrainJob", namespace), timeout=120)
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
@@ -225,7 +236,7 @@ def test_suspend_tears_down_and_resume_recreates(
     wait_for("pods gone", lambda: len(pods(kube, ns)) == 0)
     kube.patch("TrainJob", ns, "quickstart", {"spec": {"suspend": False}})
     wait_for("pods back", lambda: len(pods(kube, ns)) == 4)
-    assert job_status(kube, ns)["phase"] == "Starting"
+    wait_for("Starting again", lambda: job_status(kube, ns)["phase"] == "Starting")
 
 
 def test_spec_update_scales_workers_and_replaces_changed_pods(
@@ -279,6 +290,7 @@ def test_liveness_endpoint_and_metrics(
             "a create reconcile counted", lambda: RECONCILES.labels("create")._value.get() > before
         )
     finally:
+        remove_trainjobs(envtest, k8s_namespace)
         op.stop()
 
 
