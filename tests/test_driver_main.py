@@ -24,3 +24,16 @@ def test_driver_loads_the_manifest_the_operator_rendered(monkeypatch: pytest.Mon
     assert loaded.spec.validation is not None and job.spec.validation is not None
     assert loaded.spec.validation.entrypoint == job.spec.validation.entrypoint
     assert loaded.spec.checkpoint == job.spec.checkpoint
+
+
+def test_tpu_spec_becomes_tpu_scaling(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainjob_operator.driver import build_trainer, plan_run
+
+    monkeypatch.setenv("TPU_WORKER_ID", "0")  # as on a GKE TPU host
+    job = load_trainjobs(REPO / "examples" / "tpu-v6e-4x4.yaml")[0]
+    trainer = build_trainer(plan_run(job), [])
+    scaling = trainer.scaling_config
+    assert scaling.use_tpu and scaling.num_workers == 4
+    assert scaling.topology == "4x4" and scaling.num_slices == 1
+    assert scaling.worker_resources()["TPU"] == 4
+    assert type(trainer).__name__ == "JaxTrainer"

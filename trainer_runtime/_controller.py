@@ -186,8 +186,8 @@ class RayController(BaseController):
         _ensure_ray()
         spec = self.spec
         group = self._make_group()
-        group.start()
         try:
+            group.start()
             spec.backend.on_start(group, spec.scaling)
             world = group.world_size
             offset = self.coordinator.begin_attempt(world)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from trainer_runtime.callbacks import Callback
+    from trainer_runtime.tpu import TpuSliceShape
 
 _PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
@@ -25,6 +26,13 @@ class ScalingConfig:
 
     ``num_workers=0`` is local mode: the train function runs in this process
     (or in each ``torchrun`` process) without Ray.
+
+    TPUs (``use_tpu=True``) need ``accelerator_type`` (``v6e``, ``v5e``, ``v5p``, ``v4``, or
+    Ray's ``TPU-V6E``, ``TPU-V5LITEPOD``...) and ``topology`` (``4x4``...). There is one
+    worker per TPU host: ``num_workers`` must be hosts per slice x ``num_slices`` (see
+    :mod:`trainer_runtime.tpu`), each worker gets ``{"TPU": chips per host}`` plus any other
+    ``resources_per_worker``, and each slice is reserved as a unit (see
+    :class:`~trainer_runtime.worker_group.WorkerGroup`); ``placement_strategy`` does not apply.
     """
 
     num_workers: int = 1
@@ -61,16 +69,60 @@ class ScalingConfig:
                         f"ScalingConfig.resources_per_worker[{key!r}] must be a number >= 0, "
                         f"got {value!r}"
                     )
-        if self.num_slices < 1:
-            raise ValueError(f"ScalingConfig.num_slices must be >= 1, got {self.num_slices}")
+        if not isinstance(self.num_slices, int) or self.num_slices < 1:
+            raise ValueError(f"ScalingConfig.num_slices must be an int >= 1, got {self.num_slices}")
+        if self.use_tpu:
+            from trainer_runtime.tpu import validate_tpu_scaling
+
+            validate_tpu_scaling(
+                num_workers=self.num_workers,
+                topology=self.topology,
+                accelerator_type=self.accelerator_type,
+                num_slices=self.num_slices,
+                resources_per_worker=self.resources_per_worker,
+            )
+        else:
+            given = [
+                name
+                for name, value in (
+                    ("topology", self.topology),
+                    ("accelerator_type", self.accelerator_type),
+                    ("num_slices", self.num_slices if self.num_slices != 1 else None),
+                )
+                if value is not None
+            ]
+            if given:
+                raise ValueError(
+                    f"ScalingConfig: {', '.join(given)} only apply to TPUs; set use_tpu=True "
+                    "(or remove them)"
+                )
 
     @property
     def local_mode(self) -> bool:
         """True when the train function runs without Ray (``num_workers=0``)."""
         return self.num_workers == 0
 
+    @property
+    def tpu_shape(self) -> TpuSliceShape | None:
+        """The shape of one TPU slice (hosts, chips per host, pod type), or None without TPUs."""
+        if not self.use_tpu:
+            return None
+        from trainer_runtime.tpu import slice_shape
+
+        assert self.topology is not None and self.accelerator_type is not None
+        return slice_shape(self.accelerator_type, self.topology)
+
     def worker_resources(self) -> dict[str, float]:
-        """The Ray resources one worker asks for (defaults: 1 CPU, plus 1 GPU with use_gpu)."""
+        """The Ray resources one worker asks for (defaults: 1 CPU, plus 1 GPU with use_gpu).
+
+        With ``use_tpu`` the default is ``{"TPU": chips per host}`` (one worker per host),
+        plus the other ``resources_per_worker`` entries.
+        """
+        shape = self.tpu_shape
+        if shape is not None:
+            from trainer_runtime.tpu import tpu_worker_resources
+
+            return tpu_worker_resources(shape, self.resources_per_worker)
         if self.resources_per_worker is not None:
             resources = {
                 ("CPU" if k.lower() == "cpu" else "GPU" if k.lower() == "gpu" else k): v
@@ -143,7 +195,10 @@ class ValidationConfig:
     max_concurrent_validations: int = 1
     timeout_s: float | None = None
     resources: dict[str, float] = field(default_factory=lambda: {"validation": 1.0})
-    num_cpus: float = 1.0
+    #: Validation tasks ask for no CPU by default: the ``validation`` resource bounds how
+    #: many run per node, and validation nodes advertise no CPUs so that training worker
+    #: actors (which ask for CPUs) never land on them.
+    num_cpus: float = 0.0
     #: Whether ``fit()`` waits for pending validations before returning.
     wait_for_validations: bool = True
     #: Validation applied to every checkpoint whose ``report()`` gave no ``validate_fn``

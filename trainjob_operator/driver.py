@@ -165,8 +165,15 @@ def build_trainer(plan: RunPlan, callbacks: list[Callback]) -> Any:
         callbacks=callbacks,
         worker_env={e.name: e.value for e in spec.env if e.value is not None},
     )
+    tpu = spec.scaling.tpu
     scaling = ScalingConfig(
-        num_workers=plan.num_workers, use_gpu=spec.scaling.use_gpu, resources_per_worker=resources
+        num_workers=plan.num_workers,
+        use_gpu=spec.scaling.use_gpu,
+        resources_per_worker=resources,
+        use_tpu=tpu is not None,
+        accelerator_type=tpu.accelerator_type if tpu is not None else None,
+        topology=tpu.topology if tpu is not None else None,
+        num_slices=tpu.num_slices if tpu is not None else 1,
     )
     if spec.framework == "torch":
         from trainer_runtime.torch import TorchTrainer

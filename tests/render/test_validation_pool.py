@@ -45,7 +45,7 @@ def test_three_replicas() -> None:
             "--block",
             "--metrics-export-port=8080",
             "--disable-usage-stats",
-            "--num-cpus=1",
+            "--num-cpus=0",
             "--num-gpus=0",
             '--resources={"validation":1}',
         ]
@@ -111,7 +111,7 @@ def test_example_pool() -> None:
 def test_validation_slots_option() -> None:
     options = RenderOptions(validation_slots=2)
     [pod] = render_validation_pods(_job(), uid=UID, validation_replicas=1, options=options)
-    assert _ray_args(pod)[-3:] == ["--num-cpus=2", "--num-gpus=0", '--resources={"validation":2}']
+    assert _ray_args(pod)[-3:] == ["--num-cpus=0", "--num-gpus=0", '--resources={"validation":2}']
     with pytest.raises(ValueError, match="validation_slots"):
         RenderOptions(validation_slots=0)
 

@@ -1,7 +1,8 @@
 """Validation pool pods ``<job>-val-<i>``: Ray nodes that alone advertise ``validation``.
 
-Validation tasks ask for ``{"validation": 1}`` and one CPU (``trainer_runtime.ValidationConfig``),
-so each pod advertises ``validation`` = ``options.validation_slots`` and as many logical CPUs.
+Validation tasks ask for ``{"validation": 1}`` and no CPU (``trainer_runtime.ValidationConfig``),
+so each pod advertises ``validation`` = ``options.validation_slots`` and zero logical CPUs: no
+training worker actor (which asks for CPUs) can ever be placed on the cheap validation pool.
 How many pods exist is the reconciler's decision (from ``status.validations`` demand, between
 ``pool.minReplicas`` and ``pool.maxReplicas``); it passes it as ``validation_replicas``.
 """
@@ -89,7 +90,7 @@ def render_validation_pods(
         tolerations.append(dict(GKE_SPOT_TOLERATION))
     slots = ctx.options.validation_slots
     args = [
-        f"--num-cpus={slots}",
+        "--num-cpus=0",
         "--num-gpus=0",
         ray_resources_arg({VALIDATION_RESOURCE: slots}),
     ]

@@ -1,0 +1,1 @@
+"""A small JAX regression model trained with ``trainer_runtime.jax.JaxTrainer``."""
