@@ -1,0 +1,83 @@
+# syntax=docker/dockerfile:1
+#
+# Two images from one Dockerfile:
+#
+#   docker build --target operator -t trainjob-operator:0.1.0 .
+#       The operator (kopf; `trainjob operator`): the core package only, no Ray, torch or jax.
+#       It is what charts/trainjob-operator deploys (values: image.repository/tag).
+#
+#   docker build --target runtime -t trainjob-runtime:0.1.0 .
+#   docker build --target runtime --build-arg JAX=cpu -t trainjob-runtime:0.1.0-jax .
+#       The in-pod image of a TrainJob's head, worker, validation and driver pods
+#       (spec.image): trainer_runtime + Ray + google-cloud-storage + torch (CPU wheels by
+#       default), optionally jax. Build your own training image FROM it and copy your code
+#       into /workspace (on PYTHONPATH), e.g. `COPY mypkg /workspace/mypkg`.
+#
+# Both run as the non-root user 1000 (uid and gid), as the chart and the rendered pods require
+# (runAsNonRoot, runAsUser 1000).
+
+ARG PYTHON_IMAGE=python:3.11-slim
+
+# --------------------------------------------------------------------------------------------
+FROM ${PYTHON_IMAGE} AS base
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN groupadd --gid 1000 trainjob \
+    && useradd --uid 1000 --gid 1000 --create-home --home-dir /home/trainjob \
+        --shell /bin/sh trainjob
+
+# --------------------------------------------------------------------------------------------
+# The project's sources, shared by both builds (only what the package needs: see .dockerignore).
+FROM base AS source
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY trainjob_operator ./trainjob_operator
+COPY trainer_runtime ./trainer_runtime
+
+# --------------------------------------------------------------------------------------------
+FROM source AS operator-build
+# The core install (no extras): pydantic, pyyaml, kopf, kubernetes, prometheus-client, rich.
+RUN python -m venv /opt/venv \
+    && /opt/venv/bin/pip install --no-cache-dir . \
+    && /opt/venv/bin/python -m compileall -q /opt/venv/lib
+
+FROM base AS operator
+COPY --from=operator-build /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH \
+    HOME=/tmp
+WORKDIR /tmp
+USER 1000:1000
+# 8080: kopf liveness (/healthz); 9090: Prometheus metrics.
+EXPOSE 8080 9090
+ENTRYPOINT ["trainjob", "operator"]
+
+# --------------------------------------------------------------------------------------------
+FROM source AS runtime-build
+# torch comes from PyTorch's CPU-only wheel index (no CUDA libraries, a few hundred MB instead
+# of several GB). For GPU images pass e.g.
+#   --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+# jax: none (default), cpu (jax + jaxlib), or tpu (jax[tpu], with libtpu, for TPU node pools).
+ARG JAX=none
+RUN python -m venv /opt/venv \
+    && /opt/venv/bin/pip install --no-cache-dir --extra-index-url "${TORCH_INDEX_URL}" \
+        ".[runtime,gcs,torch]" \
+    && case "${JAX}" in \
+        none) ;; \
+        cpu) /opt/venv/bin/pip install --no-cache-dir ".[jax]" ;; \
+        tpu) /opt/venv/bin/pip install --no-cache-dir ".[jax]" "jax[tpu]" ;; \
+        *) echo "JAX must be none, cpu or tpu, not ${JAX}" >&2; exit 1 ;; \
+    esac
+
+FROM base AS runtime
+COPY --from=runtime-build /opt/venv /opt/venv
+# `ray` (ray start/health-check in the pods' commands) and `python` come from the venv.
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONPATH=/workspace \
+    RAY_USAGE_STATS_ENABLED=0
+RUN install -d -o 1000 -g 1000 /workspace
+WORKDIR /workspace
+USER 1000:1000
+CMD ["python", "-c", "import trainer_runtime, ray; print('trainer_runtime', ray.__version__)"]

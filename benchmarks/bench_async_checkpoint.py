@@ -1,0 +1,587 @@
+"""Large checkpoints during training: time blocked in ``report()``, goodput, upload throughput.
+
+One worker runs a fixed amount of compute per step (a torch matmul loop; the number of
+matmuls is calibrated once in the driver to ``--step-s`` seconds with ``--torch-threads``
+threads, then every fit does that same work) and every ``--every`` steps
+writes a checkpoint of ``--size-mib`` (one random binary file plus a small JSON file) to a
+fresh local folder and reports it. Each ``fit()`` runs three phases back to back:
+
+1. ``baseline``: the same steps without checkpoints (the noise floor of the goodput figure);
+2. ``sync``: ``--checkpoints`` checkpoints with ``CheckpointUploadMode.SYNC``;
+3. ``async``: ``--checkpoints`` checkpoints with ``CheckpointUploadMode.ASYNC``.
+
+Every checkpoint is followed by a full interval of compute, so an ASYNC upload overlaps
+training the way it would in a long run. The loop is the same for ``trainer_runtime`` and
+``ray.train`` (Ray Train V2, which has ``CheckpointUploadMode.SYNC`` and ``ASYNC``), each with
+local storage and with fake-gcs-server (``gs://`` for ours; a ``pyarrow.fs.GcsFileSystem``
+pointed at the emulator for Ray Train, which is how Ray Train writes to GCS).
+
+Per phase:
+
+* ``report_ms`` p50/max: time inside ``report()`` for the calls that carried a checkpoint;
+* ``goodput``: time spent computing / phase wall time; ``goodput_excl_write`` leaves out the
+  time the loop spent writing its checkpoint files (the user's own I/O, the same under both
+  frameworks), i.e. it charges only what the runtime costs;
+* ``work_goodput``: steps x (seconds per step in the baseline phase) / phase wall time, which
+  also charges compute slowed down by uploads competing for the CPU;
+* ``upload_mib_s``: bytes / seconds inside the framework's upload function (instrumented in
+  the worker: ``Storage.upload_dir`` for ours, ``TrainContext._upload_checkpoint`` for Ray
+  Train), so ASYNC uploads are timed too;
+* ``compute_slowdown``: compute time / (steps x baseline seconds per step).
+
+Raw bounds, measured in the driver with the same file size: ``shutil.copyfile`` between two
+local folders, ``google-cloud-storage`` ``Blob.upload_from_filename`` to the emulator
+(defaults, and with ours' 32 MiB chunks), ``pyarrow.fs.copy_files`` to the emulator (64 MiB
+chunks, as Ray Train), and trainer_runtime's own ``LocalStorage``/``GCSStorage.upload_dir``.
+
+Usage::
+
+    python benchmarks/bench_async_checkpoint.py [--quick] [--size-mib 256 | --large]
+        [--step-s 0.5] [--every 10] [--checkpoints 2] [--storage local,gcs]
+        [--frameworks ours,ray_train]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import common
+
+NAME = "async_checkpoint"
+MiB = common.MiB
+
+
+# -- the worker side --------------------------------------------------------------------------
+def _dir_bytes(path: str) -> int:
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+def _instrument_uploads(framework: str, log_path: Path, phase: dict[str, str]) -> None:
+    """Append one JSON line per finished upload (bytes, seconds, phase) to ``log_path``."""
+
+    def log(nbytes: int, seconds: float, started: float) -> None:
+        line = {
+            "bytes": nbytes,
+            "seconds": seconds,
+            "started": started,
+            "phase": phase["name"],
+        }
+        with open(log_path, "a") as fh:
+            fh.write(json.dumps(line) + "\n")
+
+    if framework == "ours":
+        from trainer_runtime._session import get_session
+
+        storage = get_session("bench").storage
+        original = storage.upload_dir
+
+        def upload_dir(local_dir: Any, dest_uri: str) -> Any:
+            started = time.time()
+            stats = original(local_dir, dest_uri)
+            log(stats.bytes, stats.seconds, started)
+            return stats
+
+        storage.upload_dir = upload_dir  # type: ignore[method-assign]
+        return
+
+    from ray.train.v2._internal.execution import context as ray_context
+
+    cls = ray_context.TrainContext
+    original_upload = cls._upload_checkpoint
+    if getattr(original_upload, "_bench_wrapped", False):
+        return
+
+    def _upload_checkpoint(
+        self: Any, checkpoint_dir_name: str, metrics: Any, checkpoint: Any = None, *a: Any, **k: Any
+    ) -> Any:
+        if checkpoint is None:
+            return original_upload(self, checkpoint_dir_name, metrics, checkpoint, *a, **k)
+        nbytes = _dir_bytes(checkpoint.path)
+        started = time.time()
+        t0 = time.perf_counter()
+        out = original_upload(self, checkpoint_dir_name, metrics, checkpoint, *a, **k)
+        log(nbytes, time.perf_counter() - t0, started)
+        return out
+
+    _upload_checkpoint._bench_wrapped = True  # type: ignore[attr-defined]
+    cls._upload_checkpoint = _upload_checkpoint  # type: ignore[method-assign]
+
+
+def checkpoint_loop(config: dict[str, Any]) -> None:
+    """The measured train function (one worker; either framework)."""
+    import torch
+
+    framework = config["framework"]
+    if framework == "ours":
+        import trainer_runtime as api
+        from trainer_runtime import CheckpointUploadMode
+    else:
+        import ray.train as api  # type: ignore[no-redef]
+        from ray.train import CheckpointUploadMode  # type: ignore[no-redef,assignment]
+
+    torch.set_num_threads(config["torch_threads"])
+    rank = api.get_context().get_world_rank()
+    out_dir = Path(config["out_dir"])
+    phase = {"name": "setup"}
+    _instrument_uploads(framework, out_dir / f"uploads_{rank}.jsonl", phase)
+
+    a = torch.randn(config["matmul_n"], config["matmul_n"])
+
+    def work(iters: int) -> None:
+        for _ in range(iters):
+            torch.mm(a, a)
+
+    iters = config["iters_per_step"]  # the same work per step in every fit (see calibrate())
+    work(20)  # warm-up
+
+    payload = torch.randint(0, 256, (config["size_bytes"],), dtype=torch.uint8).numpy()
+    tmp_root = Path(config["local_tmp"])
+    modes = {"sync": CheckpointUploadMode.SYNC, "async": CheckpointUploadMode.ASYNC}
+    phases: list[dict[str, Any]] = []
+    step = 0
+    for name, n_ckpt in config["phases"]:
+        phase["name"] = name
+        every = config["every"]
+        steps = config["baseline_steps"] if name == "baseline" else n_ckpt * every
+        compute_s = write_s = cleanup_s = 0.0
+        report_s: list[float] = []
+        started_at = time.time()
+        p_start = time.perf_counter()
+        for i in range(steps):
+            c0 = time.perf_counter()
+            work(iters)
+            compute_s += time.perf_counter() - c0
+            step += 1
+            if name == "baseline" or i % every != 0:
+                continue
+            w0 = time.perf_counter()
+            folder = Path(tempfile.mkdtemp(prefix=f"ckpt-{rank}-", dir=tmp_root))
+            with open(folder / "weights.bin", "wb") as fh:
+                fh.write(payload.data)
+            (folder / "meta.json").write_text(json.dumps({"step": step}))
+            write_s += time.perf_counter() - w0
+            r0 = time.perf_counter()
+            api.report(
+                {"step": step, "phase": name},
+                checkpoint=api.Checkpoint.from_directory(str(folder)),
+                checkpoint_upload_mode=modes[name],
+            )
+            report_s.append(time.perf_counter() - r0)
+            if name == "sync":  # SYNC keeps the local folder by default; drop it (timed)
+                d0 = time.perf_counter()
+                shutil.rmtree(folder, ignore_errors=True)
+                cleanup_s += time.perf_counter() - d0
+        wall = time.perf_counter() - p_start
+        phases.append(
+            {
+                "phase": name,
+                "steps": steps,
+                "checkpoints": len(report_s),
+                "started_at": started_at,
+                "ended_at": time.time(),
+                "wall_s": wall,
+                "compute_s": compute_s,
+                "write_s": write_s + cleanup_s,
+                "report_s": report_s,
+            }
+        )
+    out = {
+        "rank": rank,
+        "iters_per_step": iters,
+        "phases": phases,
+        "loop_end": time.time(),
+    }
+    (out_dir / f"rank_{rank}.json").write_text(json.dumps(out))
+
+
+# -- the driver side --------------------------------------------------------------------------
+def calibrate(step_s: float, matmul_n: int, threads: int, seconds: float) -> dict[str, Any]:
+    """Matmuls per ``step_s`` in this process (run before Ray and the emulator start).
+
+    Every fit then does this same amount of work per step, so the frameworks are compared on
+    identical work even when the shared machine's speed drifts.
+    """
+    import torch
+
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        a = torch.randn(matmul_n, matmul_n)
+        for _ in range(20):
+            torch.mm(a, a)
+        rates = []
+        for _ in range(3):  # best of 3 short windows: the least disturbed estimate
+            done, t0 = 0, time.perf_counter()
+            while time.perf_counter() - t0 < seconds / 3:
+                for _ in range(10):
+                    torch.mm(a, a)
+                done += 10
+            rates.append(done / (time.perf_counter() - t0))
+    finally:
+        torch.set_num_threads(old_threads)
+    rate = max(rates)
+    return {"matmuls_per_s": rate, "iters_per_step": max(1, round(rate * step_s))}
+
+
+def _trainer(
+    framework: str,
+    storage: str,
+    config: dict[str, Any],
+    workers: int,
+    emulator: common.Emulator | None,
+) -> tuple[Any, str]:
+    """The trainer and a description of where it stores checkpoints."""
+    name = f"ckpt-{framework}-{int(time.time() * 1000)}"
+    if framework == "ours":
+        from trainer_runtime import CheckpointConfig, RunConfig, ScalingConfig
+        from trainer_runtime.torch import TorchTrainer
+
+        return (
+            TorchTrainer(
+                checkpoint_loop,
+                train_loop_config=config,
+                scaling_config=ScalingConfig(num_workers=workers),
+                run_config=RunConfig(
+                    name=name,
+                    storage_path=storage,
+                    checkpoint_config=CheckpointConfig(num_to_keep=2),
+                ),
+            ),
+            storage,
+        )
+    import ray.train
+    import ray.train.torch
+
+    kwargs: dict[str, Any] = {"storage_path": storage}
+    if storage.startswith("gs://"):
+        assert emulator is not None
+        kwargs = {
+            "storage_path": storage[len("gs://") :],
+            "storage_filesystem": emulator.pyarrow_fs(),
+        }
+    return (
+        ray.train.torch.TorchTrainer(
+            checkpoint_loop,
+            train_loop_config=config,
+            scaling_config=ray.train.ScalingConfig(num_workers=workers),
+            run_config=ray.train.RunConfig(
+                name=name, checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2), **kwargs
+            ),
+        ),
+        storage,
+    )
+
+
+def _summarize_phase(
+    ph: dict[str, Any], uploads: list[dict[str, Any]], ref_step_s: float
+) -> dict[str, Any]:
+    """Figures of one phase; ``ref_step_s``: seconds per step of compute with nothing else on."""
+    ups = [u for u in uploads if u["phase"] == ph["phase"]]
+    up_bytes = sum(u["bytes"] for u in ups)
+    up_s = sum(u["seconds"] for u in ups)
+    report_ms = [s * 1e3 for s in ph["report_s"]]
+    wall = ph["wall_s"]
+    compute = ph["compute_s"]
+    ref_compute = ph["steps"] * ref_step_s
+    n_ckpt = ph["checkpoints"]
+    return {
+        "phase": ph["phase"],
+        "steps": ph["steps"],
+        "checkpoints": n_ckpt,
+        "wall_s": wall,
+        "compute_s": compute,
+        "ref_compute_s": ref_compute,
+        "write_s": ph["write_s"],
+        "report_total_s": sum(ph["report_s"]),
+        "report_ms_p50": common.median(report_ms) if report_ms else None,
+        "report_ms_max": max(report_ms) if report_ms else None,
+        "report_ms": report_ms,
+        # Share of wall time spent computing (checkpoint writes and report() count against).
+        "goodput": compute / wall,
+        # The same without the loop's own checkpoint-file writes (what the runtime costs).
+        "goodput_excl_write": compute / max(wall - ph["write_s"], 1e-9),
+        # Work done vs the baseline phase's speed: also counts CPU stolen by uploads.
+        "work_goodput": ref_compute / wall,
+        "compute_slowdown": compute / ref_compute,
+        # Seconds per checkpoint not spent computing, with and without the file writes.
+        "overhead_per_ckpt_s": (wall - compute) / n_ckpt if n_ckpt else None,
+        "runtime_overhead_per_ckpt_s": (
+            (wall - compute - ph["write_s"]) / n_ckpt if n_ckpt else None
+        ),
+        "uploads": len(ups),
+        "upload_mib_s": (up_bytes / MiB / up_s) if up_s > 0 else None,
+        "upload_s": [u["seconds"] for u in ups],
+    }
+
+
+def run_fit(
+    framework: str,
+    storage_kind: str,
+    args: argparse.Namespace,
+    emulator: common.Emulator | None,
+    iters_per_step: int,
+) -> dict[str, Any]:
+    """One ``fit()``: baseline, sync and async phases under ``framework`` on ``storage_kind``."""
+    out_dir = common.scratch_dir("ckpt-out")
+    local_tmp = common.scratch_dir("ckpt-local")
+    storage_dir = common.scratch_dir("ckpt-storage")
+    bucket = None
+    if storage_kind == "gcs":
+        assert emulator is not None
+        bucket = emulator.new_bucket("ckpt")
+        storage = f"gs://{bucket}/runs"
+    else:
+        storage = str(storage_dir)
+    phases = [("baseline", 0)] if args.baseline_steps > 0 else []
+    phases += [("sync", args.checkpoints), ("async", args.checkpoints)]
+    config = {
+        "framework": framework,
+        "out_dir": str(out_dir),
+        "local_tmp": str(local_tmp),
+        "size_bytes": args.size_mib * MiB,
+        "step_s": args.step_s,
+        "every": args.every,
+        "phases": phases,
+        "baseline_steps": args.baseline_steps,
+        "matmul_n": args.matmul_n,
+        "torch_threads": args.torch_threads,
+        "iters_per_step": iters_per_step,
+    }
+    emu_cpu0 = common.process_cpu_seconds(emulator.pid) if emulator else None
+    try:
+        trainer, where = _trainer(framework, storage, config, args.workers, emulator)
+        fit_start = time.time()
+        trainer.fit()
+        fit_end = time.time()
+        rank0 = json.loads((out_dir / "rank_0.json").read_text())
+        log = out_dir / "uploads_0.jsonl"
+        lines = log.read_text().splitlines() if log.exists() else []
+        uploads = [json.loads(line) for line in lines]
+    finally:
+        common.rmtree(out_dir)
+        common.rmtree(local_tmp)
+        common.rmtree(storage_dir)
+        if bucket and emulator:
+            emulator.delete_bucket(bucket)
+    emu_cpu1 = common.process_cpu_seconds(emulator.pid) if emulator else None
+    base = [ph for ph in rank0["phases"] if ph["phase"] == "baseline"]
+    if base:
+        ref_step_s, source = base[0]["compute_s"] / base[0]["steps"], "baseline phase"
+    else:
+        ref_step_s, source = args.step_s, "driver calibration"
+    return {
+        "framework": framework,
+        "storage": storage_kind,
+        "storage_uri": where,
+        "fit_s": fit_end - fit_start,
+        # fit() returned this long after the loop ended (the last ASYNC upload, tear-down).
+        "after_loop_s": fit_end - rank0["loop_end"],
+        "emulator_cpu_s": (
+            emu_cpu1 - emu_cpu0
+            if storage_kind == "gcs" and emu_cpu0 is not None and emu_cpu1 is not None
+            else None
+        ),
+        "ref_step_s": ref_step_s,
+        "ref_step_source": source,
+        "phases": [_summarize_phase(ph, uploads, ref_step_s) for ph in rank0["phases"]],
+    }
+
+
+def raw_bounds(args: argparse.Namespace, emulator: common.Emulator | None) -> dict[str, Any]:
+    """Plain file copy and plain uploads of one file of the checkpoint's size."""
+    import numpy as np
+
+    src_dir = common.scratch_dir("raw-src")
+    dst_dir = common.scratch_dir("raw-dst")
+    size = args.size_mib * MiB
+    src = src_dir / "weights.bin"
+    rng = np.random.default_rng(0)
+    with open(src, "wb") as fh:
+        fh.write(rng.integers(0, 256, size, dtype=np.uint8).data)
+    out: dict[str, Any] = {"size_mib": args.size_mib, "repeats": args.raw_repeats}
+
+    def measure(cases: list[tuple[str, Any]], repeats: int) -> None:
+        """Run the cases round-robin ``repeats`` times (drift hits all alike); keep medians."""
+        times: dict[str, list[float]] = {label: [] for label, _ in cases}
+        for i in range(repeats):
+            for label, fn in cases:
+                t0 = time.perf_counter()
+                fn(i)
+                times[label].append(time.perf_counter() - t0)
+        for label, secs in times.items():
+            med = common.median(secs)
+            out[label] = {"seconds": secs, "mib_s": args.size_mib / med}
+            print(f"  raw {label}: {args.size_mib / med:,.1f} MiB/s (median of {repeats})")
+
+    try:
+        if "local" in args.storage:
+
+            def copy(i: int) -> None:
+                target = dst_dir / f"copy_{i}.bin"
+                shutil.copyfile(src, target)
+                target.unlink()
+
+            def ours_local(i: int) -> None:
+                from trainer_runtime.storage.local import LocalStorage
+
+                target = dst_dir / f"ours_{i}"
+                LocalStorage().upload_dir(src_dir, str(target))
+                common.rmtree(target)
+
+            copy(-1)  # warm-up
+            measure(
+                [("local_copyfile", copy), ("ours_local_upload_dir", ours_local)],
+                args.raw_repeats,
+            )
+        if "gcs" in args.storage and emulator is not None:
+            client = emulator.client()
+            bucket_name = emulator.new_bucket("raw")
+            bucket = client.bucket(bucket_name)
+
+            def plain(i: int) -> None:
+                bucket.blob(f"plain/{i}/weights.bin").upload_from_filename(str(src))
+
+            def chunked(i: int) -> None:
+                blob = bucket.blob(f"chunked/{i}/weights.bin")
+                blob.chunk_size = 32 * MiB
+                blob.upload_from_filename(str(src), checksum="crc32c")
+
+            def via_pyarrow(i: int) -> None:
+                import pyarrow.fs as pafs
+
+                pafs.copy_files(
+                    str(src_dir),
+                    f"{bucket_name}/pyarrow/{i}",
+                    destination_filesystem=emulator.pyarrow_fs(),
+                    chunk_size=64 * MiB,  # what Ray Train passes
+                )
+
+            def ours_gcs(i: int) -> None:
+                from trainer_runtime.storage.gcs import GCSStorage
+
+                GCSStorage().upload_dir(src_dir, f"gs://{bucket_name}/ours/{i}")
+
+            try:
+                plain(-1)  # warm-up (connection, server allocation)
+                cases = [
+                    ("gcs_plain", plain),
+                    ("ours_gcs_upload_dir", ours_gcs),
+                    ("gcs_chunked_32mib", chunked),
+                ]
+                if "ray_train" in args.frameworks:
+                    cases.append(("gcs_pyarrow_copy_files", via_pyarrow))
+                measure(cases, args.raw_repeats)
+            finally:
+                emulator.delete_bucket(bucket_name)
+    finally:
+        common.rmtree(src_dir)
+        common.rmtree(dst_dir)
+    return out
+
+
+def _phase_line(ph: dict[str, Any]) -> str:
+    def ms(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.2f} ms"
+
+    up = ph["upload_mib_s"]
+    return (
+        f"{ph['phase']:8s} goodput {ph['goodput']:.4f} (excl. write "
+        f"{ph['goodput_excl_write']:.4f})  report p50 {ms(ph['report_ms_p50'])} "
+        f"max {ms(ph['report_ms_max'])}  upload {'n/a' if up is None else f'{up:.1f} MiB/s'}"
+    )
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a 4 s checkpoint interval")
+    parser.add_argument("--size-mib", type=int, default=256, help="checkpoint size (256)")
+    parser.add_argument("--large", action="store_true", help="1 GiB checkpoints")
+    parser.add_argument("--step-s", type=float, default=0.5, help="compute per step (0.5 s)")
+    parser.add_argument("--every", type=int, help="steps between checkpoints (10; 8 --quick)")
+    parser.add_argument("--checkpoints", type=int, default=2, help="checkpoints per mode (2)")
+    parser.add_argument("--storage", default="local,gcs", help="local,gcs")
+    parser.add_argument("--frameworks", default="ours,ray_train", help="ours,ray_train")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--torch-threads", type=int, default=1)
+    parser.add_argument("--matmul-n", type=int, default=256)
+    parser.add_argument("--calibrate-s", type=float, default=1.5)
+    parser.add_argument("--raw-repeats", type=int, default=2)
+    parser.add_argument(
+        "--baseline-steps", type=int, default=6, help="steps without checkpoints first (6)"
+    )
+    args = parser.parse_args(argv)
+    if args.large:
+        args.size_mib = 1024
+    if args.every is None:
+        args.every = 8 if args.quick else 10
+    args.storage = [s for s in args.storage.split(",") if s]
+    args.frameworks = [f for f in args.frameworks.split(",") if f]
+
+    common.setup_paths()
+    ray_train = common.ray_train_status()
+    if ray_train is not None and "ray_train" in args.frameworks:
+        print(f"[ckpt] Ray Train skipped: {ray_train}", flush=True)
+        args.frameworks = [f for f in args.frameworks if f != "ray_train"]
+    cal = calibrate(args.step_s, args.matmul_n, args.torch_threads, args.calibrate_s)
+    print(
+        f"[ckpt] calibration: {cal['matmuls_per_s']:,.0f} matmuls/s -> "
+        f"{cal['iters_per_step']} per {args.step_s:g} s step",
+        flush=True,
+    )
+    emulator = common.Emulator() if "gcs" in args.storage else None
+    fits: list[dict[str, Any]] = []
+    try:
+        print("[ckpt] raw bounds", flush=True)
+        raw = raw_bounds(args, emulator)
+        common.start_ray(num_cpus=4)
+        for storage_kind in args.storage:
+            for framework in args.frameworks:
+                print(f"[ckpt] {framework} on {storage_kind}", flush=True)
+                fit = run_fit(framework, storage_kind, args, emulator, cal["iters_per_step"])
+                fit["loadavg_1m_after"] = round(os.getloadavg()[0], 2)
+                for ph in fit["phases"]:
+                    print("  " + _phase_line(ph), flush=True)
+                print(f"  fit {fit['fit_s']:.1f} s, after loop {fit['after_loop_s']:.1f} s")
+                fits.append(fit)
+    finally:
+        common.stop_ray()
+        if emulator is not None:
+            emulator.close()
+    data = {
+        "params": {
+            "size_mib": args.size_mib,
+            "step_s": args.step_s,
+            "every": args.every,
+            "interval_s": args.step_s * args.every,
+            "checkpoints_per_mode": args.checkpoints,
+            "storage": args.storage,
+            "frameworks": args.frameworks,
+            "workers": args.workers,
+            "torch_threads": args.torch_threads,
+            "matmul_n": args.matmul_n,
+            "baseline_steps": args.baseline_steps,
+            "quick": args.quick,
+            "ray_num_cpus": 4,
+            "num_to_keep": 2,
+        },
+        "ray_train": ray_train or "measured",
+        "calibration": cal,
+        "raw": raw,
+        "fits": fits,
+    }
+    common.write_result(NAME, data)
+    return data
+
+
+if __name__ == "__main__":
+    main()

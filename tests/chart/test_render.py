@@ -1,0 +1,457 @@
+"""The Helm chart, offline: ``helm lint`` and ``helm template`` through the Helm v4 SDK
+(``helm_python``), the objects it renders, and what values.schema.json rejects."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import helm_python as helm
+import pytest
+import yaml
+
+from tests.chart.helpers import (
+    CHART_DIR,
+    CRD_OBSERVER_RULE,
+    NAMESPACE_OBSERVER_RULE,
+    OPERATOR_RULES,
+    all_of,
+    chart,
+    container,
+    kinds,
+    notes,
+    one,
+    render,
+)
+from trainjob_operator.api.crd import CRD_FILENAME, render_crd_yaml
+from trainjob_operator.cli import build_parser
+
+#: Non-default values: two watched namespaces, a ServiceMonitor, a custom image, debug logs.
+CUSTOM: dict[str, Any] = {
+    "watchNamespaces": ["team-a", "team-b"],
+    "serviceMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "prom"}},
+    "image": {"repository": "registry.example.com/ml/trainjob-operator", "tag": "1.2.3"},
+    "logLevel": "debug",
+    "imagePullSecrets": [{"name": "regcred"}],
+    "nodeSelector": {"kubernetes.io/os": "linux"},
+    "tolerations": [{"key": "ops", "operator": "Exists", "effect": "NoSchedule"}],
+    "resources": {"requests": {"cpu": "200m", "memory": "300Mi"}, "limits": {"memory": "1Gi"}},
+    "defaults": {
+        "tpu": {"nodeSelector": {"cloud.google.com/gke-nodepool": "tpu-v6e"}, "tolerations": []},
+        "validationPool": {
+            "nodeSelector": {"pool": "validation"},
+            "tolerations": [{"key": "validation", "operator": "Exists"}],
+        },
+    },
+}
+
+
+# --------------------------------------------------------------------------- chart and lint
+
+
+def test_chart_metadata() -> None:
+    meta = chart().metadata
+    assert meta["apiVersion"] == "v2"
+    assert meta["name"] == "trainjob-operator"
+    assert meta["appVersion"] == "0.1.0"
+    assert chart().schema is not None
+
+
+@pytest.mark.parametrize("values", [None, CUSTOM], ids=["defaults", "custom"])
+def test_lint_passes(values: dict[str, Any] | None) -> None:
+    report = helm.lint(CHART_DIR, values, strict=True, namespace="ops", kube_version="v1.20.2")
+    assert report["errors"] == []
+    problems = [m for m in report["messages"] if m["severity"] >= 2]  # warnings and errors
+    assert problems == []
+
+
+def test_lint_reports_values_the_schema_rejects() -> None:
+    report = helm.lint(CHART_DIR, {"replicaCount": 2}, strict=True)
+    assert any("/replicaCount" in e for e in report["errors"])
+
+
+def test_chart_crd_is_the_generated_crd() -> None:
+    """The chart ships exactly the CRD the models generate (``crds/`` drift is tested in
+    tests/api/test_crd.py, which covers the chart copy whenever the chart folder exists)."""
+    [crd] = chart().crds
+    assert crd["filename"].endswith(f"crds/{CRD_FILENAME}")
+    assert crd["data"] == render_crd_yaml()
+    assert (CHART_DIR / "crds" / CRD_FILENAME).read_text(encoding="utf-8") == render_crd_yaml()
+
+
+# --------------------------------------------------------------------------- default values
+
+
+def test_default_objects() -> None:
+    objects = render()
+    assert kinds(objects) == [
+        ("ClusterRole", "tjo-trainjob-operator", None),
+        ("ClusterRole", "tjo-trainjob-operator-edit", None),
+        ("ClusterRole", "tjo-trainjob-operator-view", None),
+        ("ClusterRoleBinding", "tjo-trainjob-operator", None),
+        ("ConfigMap", "tjo-trainjob-operator-defaults", "ops"),
+        ("Deployment", "tjo-trainjob-operator", "ops"),
+        ("Service", "tjo-trainjob-operator-metrics", "ops"),
+        ("ServiceAccount", "tjo-trainjob-operator", "ops"),
+    ]
+    for obj in objects:
+        labels = obj["metadata"]["labels"]
+        assert labels["app.kubernetes.io/name"] == "trainjob-operator"
+        assert labels["app.kubernetes.io/instance"] == "tjo"
+        assert labels["app.kubernetes.io/managed-by"] == "Helm"
+        assert labels["helm.sh/chart"] == "trainjob-operator-0.1.0"
+        assert labels["app.kubernetes.io/version"] == "0.1.0"
+
+
+def test_release_name_containing_the_chart_name_is_the_full_name() -> None:
+    objects = render(name="trainjob-operator")
+    assert one(objects, "Deployment")["metadata"]["name"] == "trainjob-operator"
+    objects = render({"fullnameOverride": "tj"})
+    assert one(objects, "Deployment")["metadata"]["name"] == "tj"
+
+
+def test_deployment() -> None:
+    objects = render()
+    deployment = one(objects, "Deployment")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"] == {"type": "Recreate"}
+    selector = spec["selector"]["matchLabels"]
+    assert selector == {
+        "app.kubernetes.io/name": "trainjob-operator",
+        "app.kubernetes.io/instance": "tjo",
+    }
+    pod = spec["template"]
+    assert selector.items() <= pod["metadata"]["labels"].items()
+    assert pod["spec"]["serviceAccountName"] == "tjo-trainjob-operator"
+    assert pod["spec"]["automountServiceAccountToken"] is True
+    assert pod["spec"]["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "runAsGroup": 1000,
+        "fsGroup": 1000,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    main = container(objects)
+    assert main["image"] == "trainjob-operator:0.1.0"
+    assert main["imagePullPolicy"] == "IfNotPresent"
+    assert main["command"] == ["trainjob", "operator"]
+    assert main["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "runAsGroup": 1000,
+        "readOnlyRootFilesystem": True,
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert main["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    ports = {p["name"]: p["containerPort"] for p in main["ports"]}
+    assert ports == {"health": 8080, "metrics": 9090}
+    assert main["resources"] == {
+        "requests": {"cpu": "100m", "memory": "256Mi"},
+        "limits": {"memory": "512Mi"},
+    }
+    # The only writable path: an emptyDir on /tmp (HOME and TMPDIR point there).
+    assert main["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
+    [volume] = pod["spec"]["volumes"]
+    assert volume["name"] == "tmp" and "emptyDir" in volume
+    env = {e["name"]: e.get("value") for e in main["env"]}
+    assert env["HOME"] == "/tmp" and env["TMPDIR"] == "/tmp"
+    assert main["envFrom"] == [{"configMapRef": {"name": "tjo-trainjob-operator-defaults"}}]
+    for key in ("nodeSelector", "tolerations", "affinity", "imagePullSecrets"):
+        assert key not in pod["spec"]
+
+
+def _parsed_args(objects: list[dict[str, Any]]) -> Any:
+    """The container's command line, parsed by the real ``trainjob`` CLI parser."""
+    main = container(objects)
+    return build_parser().parse_args([*main["command"][1:], *main["args"]])
+
+
+def test_command_line_is_what_the_cli_accepts() -> None:
+    args = _parsed_args(render())
+    assert args.command == "operator"
+    assert args.namespace is None  # all namespaces
+    assert args.liveness == "http://0.0.0.0:8080/healthz"
+    assert args.metrics_port == 9090
+    assert args.verbose is False
+
+
+def test_cluster_wide_rbac() -> None:
+    objects = render()
+    role = one(objects, "ClusterRole", "tjo-trainjob-operator")
+    assert role["rules"] == [*OPERATOR_RULES, CRD_OBSERVER_RULE]
+    binding = one(objects, "ClusterRoleBinding")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "tjo-trainjob-operator",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "tjo-trainjob-operator", "namespace": "ops"}
+    ]
+    assert all_of(objects, "Role") == [] and all_of(objects, "RoleBinding") == []
+
+
+def test_no_rule_grants_wildcards_secrets_or_escalation() -> None:
+    for values in (None, CUSTOM, {**CUSTOM, "rbac": {"clusterScanning": False}}):
+        for obj in render(values):
+            for rule in obj.get("rules", []):
+                assert "*" not in [*rule["verbs"], *rule["resources"], *rule["apiGroups"]]
+                assert "secrets" not in rule["resources"]
+                assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
+                if not obj["metadata"]["name"].endswith("-edit"):  # the users' aggregated role
+                    assert "update" not in rule["verbs"]
+
+
+def test_metrics_service() -> None:
+    objects = render()
+    service = one(objects, "Service")
+    assert service["spec"]["type"] == "ClusterIP"
+    assert (
+        service["spec"]["selector"] == one(objects, "Deployment")["spec"]["selector"]["matchLabels"]
+    )
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+    assert all_of(objects, "ServiceMonitor") == []
+
+
+def test_aggregated_user_roles() -> None:
+    objects = render()
+    edit = one(objects, "ClusterRole", "tjo-trainjob-operator-edit")
+    assert edit["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+    assert edit["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-admin"] == "true"
+    assert edit["rules"] == [
+        {
+            "apiGroups": ["trainjob.dev"],
+            "resources": ["trainjobs"],
+            "verbs": [
+                *("get", "list", "watch", "create", "update", "patch", "delete"),
+                "deletecollection",
+            ],
+        }
+    ]
+    view = one(objects, "ClusterRole", "tjo-trainjob-operator-view")
+    assert view["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+    assert view["rules"] == [
+        {
+            "apiGroups": ["trainjob.dev"],
+            "resources": ["trainjobs", "trainjobs/status"],
+            "verbs": ["get", "list", "watch"],
+        }
+    ]
+    off = render({"rbac": {"aggregateToDefaultRoles": False}})
+    assert [o["metadata"]["name"] for o in all_of(off, "ClusterRole")] == ["tjo-trainjob-operator"]
+
+
+def test_defaults_configmap_is_passed_as_env() -> None:
+    configmap = one(render(), "ConfigMap")
+    assert configmap["data"] == {
+        "TRAINJOB_DEFAULT_TPU_NODE_SELECTOR": "{}",
+        "TRAINJOB_DEFAULT_TPU_TOLERATIONS": "[]",
+        "TRAINJOB_DEFAULT_VALIDATION_NODE_SELECTOR": "{}",
+        "TRAINJOB_DEFAULT_VALIDATION_TOLERATIONS": "[]",
+    }
+    custom = render(CUSTOM)
+    data = one(custom, "ConfigMap")["data"]
+    assert json.loads(data["TRAINJOB_DEFAULT_TPU_NODE_SELECTOR"]) == {
+        "cloud.google.com/gke-nodepool": "tpu-v6e"
+    }
+    assert json.loads(data["TRAINJOB_DEFAULT_VALIDATION_TOLERATIONS"]) == [
+        {"key": "validation", "operator": "Exists"}
+    ]
+
+    def checksum(objects: list[dict[str, Any]]) -> str:
+        annotations = one(objects, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+        return str(annotations["checksum/defaults"])
+
+    assert checksum(custom) != checksum(render())  # a change of defaults restarts the operator
+
+
+def test_notes() -> None:
+    text = notes()
+    assert "all namespaces" in text
+    assert "does not read them yet" in text  # the defaults ConfigMap
+    assert "kubectl apply --server-side -f crds/trainjob.dev_trainjobs.yaml" in text
+    custom = notes(CUSTOM)
+    assert "team-a, team-b" in custom and "ServiceMonitor tjo-trainjob-operator" in custom
+    assert "paused" in notes({"replicaCount": 0})
+
+
+# --------------------------------------------------------------------------- non-default values
+
+
+def test_namespaced_mode() -> None:
+    objects = render(CUSTOM)
+    roles = all_of(objects, "Role")
+    assert [(r["metadata"]["namespace"], r["metadata"]["name"]) for r in roles] == [
+        ("team-a", "tjo-trainjob-operator"),
+        ("team-b", "tjo-trainjob-operator"),
+    ]
+    for role in roles:
+        assert role["rules"] == OPERATOR_RULES
+    bindings = all_of(objects, "RoleBinding")
+    assert [b["metadata"]["namespace"] for b in bindings] == ["team-a", "team-b"]
+    for binding in bindings:
+        assert binding["roleRef"]["kind"] == "Role"
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "tjo-trainjob-operator", "namespace": "ops"}
+        ]
+    # Cluster-wide, the operator may only read namespaces and CRDs (kopf's observers); the
+    # other ClusterRoles are the users' aggregated ones.
+    assert sorted(o["metadata"]["name"] for o in all_of(objects, "ClusterRole")) == [
+        "tjo-trainjob-operator-edit",
+        "tjo-trainjob-operator-scanning",
+        "tjo-trainjob-operator-view",
+    ]
+    scanning = one(objects, "ClusterRole", "tjo-trainjob-operator-scanning")
+    assert scanning["rules"] == [NAMESPACE_OBSERVER_RULE, CRD_OBSERVER_RULE]
+    [binding] = all_of(objects, "ClusterRoleBinding")
+    assert binding["metadata"]["name"] == "tjo-trainjob-operator-scanning"
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "tjo-trainjob-operator-scanning",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "tjo-trainjob-operator", "namespace": "ops"}
+    ]
+    args = _parsed_args(objects)
+    assert args.namespace == ["team-a", "team-b"]
+    assert args.verbose is True
+
+
+def test_namespaced_mode_without_cluster_scanning() -> None:
+    objects = render({**CUSTOM, "rbac": {"clusterScanning": False}})
+    # No cluster-scoped rights for the operator at all (only the users' aggregated roles).
+    assert [o["metadata"]["name"] for o in all_of(objects, "ClusterRole")] == [
+        "tjo-trainjob-operator-edit",
+        "tjo-trainjob-operator-view",
+    ]
+    assert all_of(objects, "ClusterRoleBinding") == []
+    assert len(all_of(objects, "Role")) == 2
+    # Cluster-wide mode never renders the scanning role (kopf needs no namespace access there).
+    cluster = render({"rbac": {"clusterScanning": True}})
+    assert all(o["metadata"]["name"] != "tjo-trainjob-operator-scanning" for o in cluster)
+
+
+def test_custom_image_and_pod_settings() -> None:
+    objects = render(CUSTOM)
+    main = container(objects)
+    assert main["image"] == "registry.example.com/ml/trainjob-operator:1.2.3"
+    assert main["resources"] == CUSTOM["resources"]
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert pod["tolerations"] == CUSTOM["tolerations"]
+    assert one(objects, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
+
+
+def test_service_monitor() -> None:
+    objects = render(CUSTOM)
+    monitor = one(objects, "ServiceMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    service = one(objects, "Service")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= (
+        service["metadata"]["labels"].items()
+    )
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["ops"]}
+    assert monitor["spec"]["endpoints"] == [
+        {"port": "metrics", "path": "/metrics", "interval": "15s", "scrapeTimeout": "10s"}
+    ]
+
+
+def test_without_rbac_and_with_an_existing_service_account() -> None:
+    objects = render({"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "x"}})
+    assert kinds(objects) == [
+        ("ConfigMap", "tjo-trainjob-operator-defaults", "ops"),
+        ("Deployment", "tjo-trainjob-operator", "ops"),
+        ("Service", "tjo-trainjob-operator-metrics", "ops"),
+    ]
+    assert one(objects, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "x"
+
+
+def test_replicas_zero_pauses() -> None:
+    assert one(render({"replicaCount": 0}), "Deployment")["spec"]["replicas"] == 0
+
+
+def test_extra_env_and_pod_metadata() -> None:
+    objects = render(
+        {
+            "extraEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}],
+            "podAnnotations": {"a": "b"},
+            "podLabels": {"team": "ml"},
+            "priorityClassName": "system-cluster-critical",
+            "affinity": {"nodeAffinity": {}},
+        }
+    )
+    template = one(objects, "Deployment")["spec"]["template"]
+    assert {"name": "HTTPS_PROXY", "value": "http://proxy:3128"} in container(objects)["env"]
+    assert template["metadata"]["annotations"]["a"] == "b"
+    assert template["metadata"]["labels"]["team"] == "ml"
+    assert template["spec"]["priorityClassName"] == "system-cluster-critical"
+    assert template["spec"]["affinity"] == {"nodeAffinity": {}}
+
+
+def test_values_yaml_is_the_chart_default() -> None:
+    values = yaml.safe_load((CHART_DIR / "values.yaml").read_text())
+    assert chart().values == values
+    chart().validate_schema(values)
+
+
+# --------------------------------------------------------------------------- values.schema.json
+
+BAD_VALUES: list[tuple[dict[str, Any], str]] = [
+    ({"replicaCount": 2}, "/replicaCount"),
+    ({"replicaCount": "1"}, "/replicaCount"),
+    ({"watchNamespaces": "team-a"}, "/watchNamespaces"),
+    ({"watchNamespaces": ["Team_A"]}, "/watchNamespaces/0"),
+    ({"watchNamespaces": ["a", "a"]}, "/watchNamespaces"),
+    ({"logLevel": "trace"}, "/logLevel"),
+    ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+    ({"image": {"tag": 5}}, "/image/tag"),
+    ({"image": {"registry": "x"}}, "/image"),
+    ({"bogus": True}, "'bogus'"),
+    ({"metrics": {"port": 0}}, "/metrics/port"),
+    ({"liveness": {"port": "8080"}}, "/liveness/port"),
+    ({"serviceMonitor": {"enabled": "yes"}}, "/serviceMonitor/enabled"),
+    ({"serviceMonitor": {"interval": "often"}}, "/serviceMonitor/interval"),
+    ({"resources": {"requests": {"cpu": "lots"}}}, "/resources/requests/cpu"),
+    ({"resources": {"claims": []}}, "/resources"),
+    ({"tolerations": [{"operator": "Sometimes"}]}, "/tolerations/0/operator"),
+    ({"nodeSelector": {"a": 1}}, "/nodeSelector/a"),
+    ({"defaults": {"tpu": {"nodeSelector": []}}}, "/defaults/tpu/nodeSelector"),
+    ({"serviceAccount": {"create": False}}, "/serviceAccount/name"),
+    ({"rbac": {"create": "true"}}, "/rbac/create"),
+    ({"extraEnv": [{"value": "x"}]}, "/extraEnv/0"),
+]
+
+
+@pytest.mark.parametrize(
+    ("values", "where"), BAD_VALUES, ids=[json.dumps(v) for v, _ in BAD_VALUES]
+)
+def test_schema_rejects(values: dict[str, Any], where: str) -> None:
+    with pytest.raises(helm.HelmValuesError) as raised:
+        render(values)
+    assert where in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"replicaCount": 0},
+        {"watchNamespaces": ["a", "b-2"]},
+        {"resources": {"requests": {"cpu": 0.5, "memory": "1Gi"}}},
+        {"serviceAccount": {"create": False, "name": "existing"}},
+        {"serviceAccount": {"create": True, "name": "custom"}},
+        {"image": {"repository": "localhost:5000/tjo", "tag": "dev"}},
+        {"serviceMonitor": {"interval": "1m30s"}},
+    ],
+    ids=json.dumps,
+)
+def test_schema_accepts(values: dict[str, Any]) -> None:
+    assert render(values)
