@@ -196,6 +196,25 @@ def allowed(
     return bool(body["status"].get("allowed"))
 
 
+def wait_until_allowed(
+    envtest: EnvTest,
+    who: tuple[str, list[str]],
+    verb: str,
+    resource: str,
+    namespace: str | None = None,
+    group: str = "",
+    name: str | None = None,
+    expected: bool = True,
+) -> None:
+    """Wait until the API server's RBAC authorizer, which reads Roles and bindings from an
+    informer cache, has caught up with objects just created (or deleted)."""
+    wait_for(
+        f"{who[0]} {verb} {resource} allowed={expected}",
+        lambda: allowed(envtest, who, verb, resource, namespace, group, name) is expected,
+        timeout=30,
+    )
+
+
 #: (verb, resource, group) the operator needs in every namespace it watches.
 OPERATOR_NEEDS: list[tuple[str, str, str]] = [
     *((v, "trainjobs", "trainjob.dev") for v in ("get", "list", "watch", "patch", "delete")),
@@ -300,6 +319,7 @@ def test_cluster_wide_rbac(envtest: EnvTest, k8s_namespace: str) -> None:
     sa = one(objects, "ServiceAccount")["metadata"]["name"]
     who = service_account_user(k8s_namespace, sa)
     with namespaces(envtest, 1) as [other], created(envtest, rbac_objects(objects)):
+        wait_until_allowed(envtest, who, "list", "trainjobs", None, "trainjob.dev")
         for namespace in (other, k8s_namespace):
             for verb, resource, group in OPERATOR_NEEDS:
                 assert allowed(envtest, who, verb, resource, namespace, group), (verb, resource)
@@ -319,7 +339,7 @@ def test_cluster_wide_rbac(envtest: EnvTest, k8s_namespace: str) -> None:
         for verb, resource, group in OPERATOR_MUST_NOT_CLUSTER:
             assert not allowed(envtest, who, verb, resource, None, group), (verb, resource)
     # Gone with the release: no rights left behind.
-    assert not allowed(envtest, who, "list", "pods", k8s_namespace)
+    wait_until_allowed(envtest, who, "list", "pods", k8s_namespace, expected=False)
 
 
 @pytest.mark.parametrize("scanning", [False, True], ids=["roles-only", "cluster-scanning"])
@@ -330,6 +350,10 @@ def test_namespaced_rbac(envtest: EnvTest, k8s_namespace: str, scanning: bool) -
         sa = one(objects, "ServiceAccount")["metadata"]["name"]
         who = service_account_user(k8s_namespace, sa)
         with created(envtest, rbac_objects(objects)):
+            for namespace in (team_a, team_b):
+                wait_until_allowed(envtest, who, "list", "trainjobs", namespace, "trainjob.dev")
+            if scanning:
+                wait_until_allowed(envtest, who, "list", "namespaces")
             for namespace in (team_a, team_b):
                 for verb, resource, group in OPERATOR_NEEDS:
                     assert allowed(envtest, who, verb, resource, namespace, group), (
@@ -400,6 +424,12 @@ def test_aggregated_user_roles(envtest: EnvTest, k8s_namespace: str) -> None:
             "aggregation into view",
             lambda: allowed(envtest, bob, "list", "trainjobs", k8s_namespace, "trainjob.dev"),
         )
+        wait_for(  # edit aggregates the view role too (its own, separately updated rules)
+            "aggregation of view into edit",
+            lambda: allowed(
+                envtest, alice, "get", "trainjobs/status", k8s_namespace, "trainjob.dev"
+            ),
+        )
         for verb in ("get", "list", "watch", "create", "update", "patch", "delete"):
             assert allowed(envtest, alice, verb, "trainjobs", k8s_namespace, "trainjob.dev")
         assert allowed(envtest, alice, "get", "trainjobs/status", k8s_namespace, "trainjob.dev")
@@ -457,6 +487,7 @@ def test_driver_may_patch_only_its_own_status(
     sa = one(rbac, "ServiceAccount")["metadata"]["name"]
     who = service_account_user(ns, sa)
     group = "trainjob.dev"
+    wait_until_allowed(envtest, who, "patch", "trainjobs/status", ns, group, name="mine")
 
     assert allowed(envtest, who, "patch", "trainjobs/status", ns, group, name="mine")
     assert allowed(envtest, who, "get", "trainjobs/status", ns, group, name="mine")
@@ -512,6 +543,9 @@ def test_operator_works_under_the_chart_rbac(
         objects = render(values, name=release_name(), namespace=k8s_namespace)
         sa = one(objects, "ServiceAccount")["metadata"]["name"]
         with created(envtest, rbac_objects(objects)):
+            who = service_account_user(k8s_namespace, sa)
+            first = values["watchNamespaces"][0] if "watchNamespaces" in values else None
+            wait_until_allowed(envtest, who, "watch", "trainjobs", first, "trainjob.dev")
             token = service_account_token(envtest, k8s_namespace, sa)
             config = KubeConfig(host=envtest.host, token=token, ca_file=str(envtest.ca_file))
             stop, ready = threading.Event(), threading.Event()
