@@ -28,6 +28,8 @@ from trainer_runtime.storage import get_storage
 logger = logging.getLogger("trainer_runtime")
 
 POLL_TIMEOUT_S = 1.0
+#: How long a failed attempt keeps listening to the surviving workers (see ``_salvage``).
+SALVAGE_TIMEOUT_S = 10.0
 
 
 @dataclass
@@ -269,33 +271,58 @@ class RayController(BaseController):
                     if rank not in finished:
                         pending[by_rank[rank].actor.poll.remote(POLL_TIMEOUT_S)] = rank
         except WorkerGroupError as exc:
-            self._salvage(list(pending), group, exclude=exc.rank)
+            self._salvage(pending, group, finished, exclude=exc.rank)
             raise
 
-    def _salvage(self, pending: list[Any], group: Any, exclude: int | None) -> None:
-        """After a failure, apply what the surviving workers already sent or stored.
+    def _salvage(
+        self, pending: dict[Any, int], group: Any, finished: set[int], exclude: int | None
+    ) -> None:
+        """After a failure, apply what the surviving workers already sent or are still sending.
 
-        A round every rank reported and uploaded before the failure is still
-        committed, so a restart resumes from it instead of an older checkpoint.
+        A round that the failed rank had fully reported (and uploaded) is still
+        committed once the survivors' parts arrive, so a restart resumes from it
+        instead of an older checkpoint. Survivors are listened to for at most
+        ``SALVAGE_TIMEOUT_S``, and only while the next round waits on them alone.
         """
         import ray
 
-        refs = list(pending) + [
-            w.actor.poll.remote(0.2) for w in group.workers if w.rank != exclude
-        ]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=5.0)
-        for ref in ready:
-            try:
-                events = ray.get(ref)
-            except Exception:  # noqa: BLE001 - that worker is gone too
-                continue
-            for event in events:
-                if isinstance(event, WorkerFinishedEvent):
-                    continue
+        survivors = {w.rank for w in group.workers if w.rank != exclude and w.rank not in finished}
+        by_rank = {w.rank: w for w in group.workers}
+        refs = dict(pending)
+        for rank in survivors - set(refs.values()):
+            refs[by_rank[rank].actor.poll.remote(0.2)] = rank
+        deadline = time.monotonic() + SALVAGE_TIMEOUT_S
+        first_pass = True
+        while refs:
+            if not first_pass and not self.coordinator.next_round_waits_only_on(set(refs.values())):
+                break
+            timeout = max(0.0, deadline - time.monotonic())
+            ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+            if not ready:
+                break
+            first_pass = False
+            for ref in ready:
+                rank = refs.pop(ref)
                 try:
-                    self.coordinator.handle(event)
-                except Exception as exc:  # noqa: BLE001 - already failing; keep salvaging
-                    logger.debug("ignoring event %r after failure: %s", event, exc)
+                    events = ray.get(ref)
+                except Exception:  # noqa: BLE001 - that worker is gone too
+                    continue
+                done = self._apply_salvaged(events)
+                if not done and time.monotonic() < deadline:
+                    refs[by_rank[rank].actor.poll.remote(POLL_TIMEOUT_S)] = rank
+
+    def _apply_salvaged(self, events: list[Any]) -> bool:
+        """Apply salvaged events; returns whether that worker's train function ended."""
+        done = False
+        for event in events:
+            if isinstance(event, WorkerFinishedEvent):
+                done = True
+                continue
+            try:
+                self.coordinator.handle(event)
+            except Exception as exc:  # noqa: BLE001 - already failing; keep salvaging
+                logger.debug("ignoring event %r after failure: %s", event, exc)
+        return done
 
     def _make_group(self) -> Any:
         from trainer_runtime.worker_group import WorkerGroup

@@ -222,6 +222,25 @@ class RunCoordinator:
                 )
             self.validator.submit(record, validate[0], validate[1])
 
+    def next_round_waits_only_on(self, ranks: set[int]) -> bool:
+        """Whether the next round to commit lacks only reports or uploads from ``ranks``.
+
+        After a failure, the controller keeps listening to the surviving ranks
+        while this holds: their part of that round is still on its way, and
+        committing it saves a restart from repeating those steps.
+        """
+        with self.lock:
+            rnd = self._rounds.get(self._cursor)
+            if rnd is None:
+                return False
+            missing = set(range(self.world_size)) - set(rnd.reports)
+            missing |= {
+                rank
+                for rank, report in rnd.reports.items()
+                if report.checkpoint_uri and rank not in rnd.uploaded
+            }
+            return bool(missing) and missing <= ranks
+
     @property
     def pending_rounds(self) -> int:
         """Rounds reported by some rank but not yet complete."""

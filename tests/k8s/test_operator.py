@@ -212,7 +212,19 @@ def test_lost_worker_is_recreated_and_driver_failure_restarts_the_cluster(
     driver = next(n for n, p in pods(kube, ns).items() if role(p) == "driver")
     set_pod_phase(kube, ns, driver, "Failed")
     status = wait_for("restart 1", lambda: (s := job_status(kube, ns)).get("restarts") == 1 and s)
-    assert "restart 1 of 1" in status["message"]
+    # status.message moves on with the next reconcile (pods recreated); the Restarting
+    # condition and the Event keep the restart's reason.
+    restarting = {c["type"]: c for c in status["conditions"]}["Restarting"]
+    assert restarting["status"] == "True"
+    assert "restart 1 of 1" in restarting["message"]
+    wait_for(
+        "Restarting event",
+        lambda: any(
+            "restart 1 of 1" in e["message"]
+            for e in kube.list("Event", ns)
+            if e["reason"] == restarting["reason"]
+        ),
+    )
     fresh = wait_for(
         "attempt-1 pods",
         lambda: (

@@ -246,12 +246,8 @@ def plan_reconcile(
         if attempt >= max_restarts:
             return fail(reason, f"{message}; maxRestarts={max_restarts} exhausted")
         new["restarts"] = attempt + 1
-        transition(
-            "Restarting",
-            reason,
-            f"{message}; restart {attempt + 1} of {max_restarts} from the latest checkpoint",
-            "Warning",
-        )
+        message = f"{message}; restart {attempt + 1} of {max_restarts} from the latest checkpoint"
+        transition("Restarting", reason, message, "Warning")
         set_condition(new, "Restarting", True, reason, message, generation, now)
         delete_pods(keep_driver=False)
         plan.requeue_after = 1.0
