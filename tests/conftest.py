@@ -72,6 +72,9 @@ def ray_cluster(gcs_emulator: GCSEmulator) -> Iterator[Any]:
 def ray_validation_node(ray_cluster: Any) -> Iterator[str]:
     """A second Ray node (``ray start``) that alone advertises ``{"validation": 2}``.
 
+    Like a validation pool pod, it advertises no CPUs: only what asks for no CPU and
+    ``validation`` slots (or is pinned to it) runs there.
+
     Yields its node id, so tests can check where validation tasks ran.
     """
     import ray
@@ -83,7 +86,7 @@ def ray_validation_node(ray_cluster: Any) -> Iterator[str]:
             str(ray_bin),
             "start",
             f"--address={address}",
-            "--num-cpus=2",
+            "--num-cpus=0",
             '--resources={"validation": 2}',
             "--block",
             "--disable-usage-stats",

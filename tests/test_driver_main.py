@@ -1,14 +1,18 @@
-"""The driver pod's manifest env round-trips into the TrainJob the driver runs."""
+"""The driver pod's env round-trips into the TrainJob and the trainer the driver runs."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
-from trainjob_operator.api.models import load_trainjobs
+from trainjob_operator.api.models import TrainJob, load_trainjobs, parse_trainjob
+from trainjob_operator.driver import EntrypointError, build_trainer, plan_run
 from trainjob_operator.driver_main import load_job
-from trainjob_operator.render import render_driver_pod
+from trainjob_operator.render import render_driver_pod, render_worker_pods
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -26,14 +30,106 @@ def test_driver_loads_the_manifest_the_operator_rendered(monkeypatch: pytest.Mon
     assert loaded.spec.checkpoint == job.spec.checkpoint
 
 
-def test_tpu_spec_becomes_tpu_scaling(monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainjob_operator.driver import build_trainer, plan_run
+def _driver_pod_env(job: TrainJob) -> dict[str, str]:
+    """The literal env the operator gives the driver container of ``job``."""
+    pod = render_driver_pod(job, uid="uid-1")
+    [container] = pod["spec"]["containers"]
+    return {e["name"]: e["value"] for e in container["env"] if "value" in e}
 
-    monkeypatch.setenv("TPU_WORKER_ID", "0")  # as on a GKE TPU host
+
+def _as_in_the_driver_pod(monkeypatch: pytest.MonkeyPatch, job: TrainJob) -> dict[str, str]:
+    """Give this process exactly the driver pod's env (on a CPU node: no TPU_* variables)."""
+    for name in ("TPU_WORKER_ID", "TPU_NAME", "TPU_WORKER_HOSTNAMES", "RAY_ADDRESS"):
+        monkeypatch.delenv(name, raising=False)
+    env = _driver_pod_env(job)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return env
+
+
+def test_tpu_job_plans_in_the_rendered_driver_pod(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The driver pod runs on a CPU node: it has RAY_ADDRESS (it joins the job's Ray cluster,
+    # whose TPU hosts advertise their slices) but no TPU_WORKER_ID. Planning must not refuse.
     job = load_trainjobs(REPO / "examples" / "tpu-v6e-4x4.yaml")[0]
-    trainer = build_trainer(plan_run(job), [])
+    env = _as_in_the_driver_pod(monkeypatch, job)
+    assert env["RAY_ADDRESS"] == "llm-v6e-4x4-head.llm-v6e-4x4-headless:6379"
+    assert not any(name.startswith("TPU_") for name in env)
+    loaded = load_job(None)  # from TRAINJOB_MANIFEST, as driver_main does
+    trainer = build_trainer(plan_run(loaded), [])
     scaling = trainer.scaling_config
     assert scaling.use_tpu and scaling.num_workers == 4
     assert scaling.topology == "4x4" and scaling.num_slices == 1
     assert scaling.worker_resources()["TPU"] == 4
     assert type(trainer).__name__ == "JaxTrainer"
+
+
+def test_tpu_job_without_a_cluster_or_tpu_hosts_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # `trainjob run` on a laptop: no RAY_ADDRESS to join and no TPU here.
+    for name in ("TPU_WORKER_ID", "RAY_ADDRESS"):
+        monkeypatch.delenv(name, raising=False)
+    job = load_trainjobs(REPO / "examples" / "tpu-v6e-4x4.yaml")[0]
+    with pytest.raises(EntrypointError, match=r"^spec\.scaling\.tpu: .*RAY_ADDRESS"):
+        plan_run(job)
+    assert plan_run(job, num_workers=0).num_workers == 0  # local mode is fine
+
+
+def test_placement_timeout_comes_from_the_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    job = load_trainjobs(REPO / "examples" / "tpu-v6e-4x4.yaml")[0]
+    _as_in_the_driver_pod(monkeypatch, job)
+    default = build_trainer(plan_run(job), []).scaling_config
+    assert default.placement_timeout_s == 600.0
+    body = job.to_dict()
+    body["spec"]["scaling"]["placementTimeoutSeconds"] = 3600
+    slow = parse_trainjob(body)
+    _as_in_the_driver_pod(monkeypatch, slow)
+    loaded = load_job(None)  # the field reaches the driver through TRAINJOB_MANIFEST
+    assert loaded.spec.scaling.placement_timeout_seconds == 3600
+    assert build_trainer(plan_run(loaded), []).scaling_config.placement_timeout_s == 3600.0
+
+
+@pytest.mark.parametrize(
+    ("scaling", "gpus"),
+    [
+        ({"numWorkers": 2, "useGpu": True}, 1),
+        ({"numWorkers": 2, "useGpu": True, "resourcesPerWorker": {"nvidia.com/gpu": 4}}, 4),
+        ({"numWorkers": 2, "resourcesPerWorker": {"nvidia.com/gpu": "2"}}, 2),
+        ({"numWorkers": 2, "resourcesPerWorker": {"cpu": "2"}}, 0),
+    ],
+)
+def test_trainer_asks_for_the_gpus_the_worker_pods_get(
+    monkeypatch: pytest.MonkeyPatch, scaling: dict[str, Any], gpus: int
+) -> None:
+    body = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
+    body["spec"]["scaling"] = scaling
+    job = parse_trainjob(body)
+    [worker, *_] = render_worker_pods(job, uid="uid-1")
+    limits = worker["spec"]["containers"][0]["resources"].get("limits", {})
+    assert int(limits.get("nvidia.com/gpu", 0)) == gpus
+    assert f"--num-gpus={gpus}" in worker["spec"]["containers"][0]["command"][-1]
+    _as_in_the_driver_pod(monkeypatch, job)
+    resources = build_trainer(plan_run(job), []).scaling_config.worker_resources()
+    assert resources.get("GPU", 0) == gpus
+
+
+def test_status_tracker_keeps_non_finite_metrics_json_safe() -> None:
+    from trainer_runtime.checkpoint_manager import CheckpointRecord, CheckpointStatus
+    from trainjob_operator.driver import StatusTracker
+
+    tracker = StatusTracker("val_loss")
+    tracker.on_report(0, {"step": 0, "loss": float("nan"), "nested": {"g": float("-inf")}})
+    record = CheckpointRecord(
+        "checkpoint_000000",
+        "/ckpt/0",
+        0,
+        {"loss": float("inf")},
+        status=CheckpointStatus.VALIDATED,
+        validation_metrics={"val_loss": float("nan")},
+    )
+    tracker.on_checkpoint(record, record)
+    status = tracker.finish(None)
+    json.dumps(status, allow_nan=False)  # strict JSON: what the API server accepts
+    assert status["progress"]["metrics"] == {"step": 0, "loss": "NaN", "nested": {"g": "-Infinity"}}
+    assert status["latestCheckpoint"]["metrics"] == {"loss": "Infinity", "val_loss": "NaN"}
+    assert "score" not in status["bestCheckpoint"]  # null: no usable score

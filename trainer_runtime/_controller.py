@@ -15,13 +15,18 @@ from typing import Any
 
 from trainer_runtime._coordinator import RunCoordinator
 from trainer_runtime._events import WorkerFinishedEvent
-from trainer_runtime._validation import BaseValidationDispatcher, mark_lost_validations
+from trainer_runtime._validation import BaseValidationDispatcher, resume_validations
 from trainer_runtime.backend import Backend
 from trainer_runtime.callbacks import call_all
 from trainer_runtime.checkpoint_manager import CheckpointManager
 from trainer_runtime.config import RunConfig, ScalingConfig
 from trainer_runtime.context import TrainContext
-from trainer_runtime.errors import TrainingFailedError, UserConfigError, WorkerGroupError
+from trainer_runtime.errors import (
+    TrainingFailedError,
+    UserConfigError,
+    ValidationDispatchError,
+    WorkerGroupError,
+)
 from trainer_runtime.result import Result
 from trainer_runtime.storage import get_storage
 
@@ -79,10 +84,16 @@ class BaseController:
             restarts=self.failures,
         )
 
+    def _owns_run_folder(self) -> bool:
+        """Whether this process is the run's driver: the one that may clean up the run
+        folder and resume validations (not the other ranks of a torchrun job)."""
+        return True
+
     def run(self) -> Result:
         """Run attempts until one succeeds or FailureConfig is exhausted."""
-        self.manager.restore()
-        mark_lost_validations(self.coordinator)
+        owner = self._owns_run_folder()
+        # Before any worker starts: only this driver writes to the run folder now.
+        self.manager.restore(delete_uncommitted=owner)
         latest = self.manager.latest
         if latest is not None:
             logger.info("Resuming run %s from checkpoint %s", self.run_path, latest.path)
@@ -94,13 +105,15 @@ class BaseController:
                 validation.validate_fn,
                 validation.validate_config,
             )
+        if owner:
+            resume_validations(self.coordinator)
         try:
             while True:
                 try:
                     self._run_attempt()
                     self._after_success()
                     break
-                except UserConfigError as exc:
+                except (UserConfigError, ValidationDispatchError) as exc:
                     raise self._fail(exc) from exc
                 except WorkerGroupError as exc:
                     self.failures += 1
@@ -129,7 +142,7 @@ class BaseController:
     def _fail(self, exc: BaseException) -> TrainingFailedError:
         self._cleanup_partial()
         max_failures = self.spec.run.failure_config.max_failures  # type: ignore[union-attr]
-        if isinstance(exc, UserConfigError):
+        if isinstance(exc, UserConfigError | ValidationDispatchError):
             head = f"Training failed: {exc}"
         else:
             head = (
@@ -153,10 +166,11 @@ class BaseController:
 
     def _after_success(self) -> None:
         assert self.validator is not None and self.spec.run.validation_config is not None
-        pending, running = self.validator.demand()
-        if self.spec.run.validation_config.wait_for_validations and (pending or running):
-            logger.info("Training finished; waiting for %d validation(s)", pending + running)
+        queued, running, _ = self.validator.counts()
+        if self.spec.run.validation_config.wait_for_validations and (queued or running):
+            logger.info("Training finished; waiting for %d validation(s)", queued + running)
             self.validator.wait()
+        self.validator.raise_if_failed()
 
     def _run_attempt(self) -> None:
         raise NotImplementedError

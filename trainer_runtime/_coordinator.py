@@ -26,7 +26,13 @@ from trainer_runtime._events import (
 )
 from trainer_runtime.callbacks import Callback, call_all
 from trainer_runtime.checkpoint import COMMIT_MARKER
-from trainer_runtime.checkpoint_manager import CheckpointManager, CheckpointRecord
+from trainer_runtime.checkpoint_manager import (
+    VALIDATE_FN_OF_REPORT,
+    VALIDATE_FN_OF_RUN,
+    CheckpointManager,
+    CheckpointRecord,
+    CheckpointStatus,
+)
 from trainer_runtime.errors import (
     CheckpointUploadError,
     StorageError,
@@ -134,6 +140,12 @@ class RunCoordinator:
                     f"rank {event.rank} failed to upload checkpoint {event.uri}: {event.error}",
                     rank=event.rank,
                 ) from CheckpointUploadError(event.error)
+            elif isinstance(event, WorkerFinishedEvent) and event.config_error:
+                # A bad report() call or configuration: every restart would fail the same way.
+                raise UserConfigError(
+                    f"rank {event.rank}: {event.error}"
+                    + (f"\n{event.traceback}" if event.traceback else "")
+                )
             elif isinstance(event, WorkerFinishedEvent) and event.error is not None:
                 raise WorkerGroupError(
                     f"the train function failed on rank {event.rank}: {event.error}",
@@ -179,11 +191,13 @@ class RunCoordinator:
             rnd = self._rounds.get(self._cursor)
             if rnd is None or not rnd.complete(self.world_size):
                 return
-            del self._rounds[self._cursor]
-            self._cursor += 1
             self.manager.note_round(rnd.index)
             if rnd.checkpoint_uri is not None:
+                # A round whose commit fails stays in ``_rounds``: ``abandon_attempt``
+                # then hands its folder to the controller for deletion.
                 self._commit(rnd)
+            del self._rounds[self._cursor]
+            self._cursor += 1
 
     def _commit(self, rnd: _Round) -> None:
         uri = rnd.checkpoint_uri
@@ -200,12 +214,15 @@ class RunCoordinator:
             ),
             None,
         )
-        if validate is None and self.default_validation is not None:
+        if validate is not None:
+            record.validation_source = VALIDATE_FN_OF_REPORT
+        elif self.default_validation is not None:
             validate = self.default_validation
+            record.validation_source = VALIDATE_FN_OF_RUN
         if validate is not None and self.validator is not None:
-            from trainer_runtime.checkpoint_manager import CheckpointStatus
-
             record.status = CheckpointStatus.PENDING_VALIDATION
+        # Before the marker: a checkpoint that can never be ranked must not look committed.
+        self.manager.check_score_attribute(record)
         try:
             self.storage.write_bytes(
                 join_uri(uri, COMMIT_MARKER), json.dumps(record.to_json()).encode()

@@ -54,6 +54,9 @@ class WorkerFinishedEvent:
     rank: int
     error: str | None = None
     traceback: str | None = None
+    #: The error is one retrying cannot fix (a bad ``report()`` call, a
+    #: ``UserConfigError``): the run fails at once instead of restarting.
+    config_error: bool = False
 
 
 Event = ReportEvent | UploadDoneEvent | UploadFailedEvent | WorkerFinishedEvent

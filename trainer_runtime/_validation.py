@@ -8,18 +8,28 @@ checkpoint from storage. In local mode it runs in a background thread.
 
 At most ``max_concurrent_validations`` run at once; the rest wait in FIFO
 order. A validation that raises or exceeds ``timeout_s`` is recorded with its
-status and error; it never fails training. Results merge into the
-checkpoint's metrics and re-rank it for top-k retention.
+status and error; it never fails training. ``timeout_s`` counts from when the
+validation starts running: a Ray task first reports its start (it is a
+streaming generator whose first item is a start signal), so time spent waiting
+for a node with the ``validation`` resource (a pool scaling up from zero) never
+counts. Results merge into the checkpoint's metrics and re-rank it for top-k
+retention.
+
+A failure of the dispatcher itself (e.g. the manifest cannot be saved) is
+recorded and raised by :meth:`BaseValidationDispatcher.raise_if_failed`;
+:meth:`~BaseValidationDispatcher.wait` never hangs on it.
 """
 
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import threading
 import time
 import traceback
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,11 +38,20 @@ from trainer_runtime._coordinator import RunCoordinator, ValidationDispatcher
 from trainer_runtime._metrics import validate_metrics
 from trainer_runtime.callbacks import call_all
 from trainer_runtime.checkpoint import Checkpoint
-from trainer_runtime.checkpoint_manager import CheckpointRecord, CheckpointStatus
+from trainer_runtime.checkpoint_manager import (
+    VALIDATE_FN_OF_RUN,
+    CheckpointRecord,
+    CheckpointStatus,
+)
 from trainer_runtime.config import ValidationConfig
-from trainer_runtime.errors import UserConfigError
+from trainer_runtime.errors import UserConfigError, ValidationDispatchError
 
 logger = logging.getLogger(__name__)
+
+#: How often (seconds) to log validations still waiting for a node to run on.
+WAITING_LOG_INTERVAL_S = 60.0
+#: The first item a Ray validation task yields: "I am running now".
+_STARTED = "__trainjob_validation_started__"
 
 
 def run_validation(fn: Any, checkpoint_path: str, config: dict[str, Any] | None) -> dict[str, Any]:
@@ -43,12 +62,21 @@ def run_validation(fn: Any, checkpoint_path: str, config: dict[str, Any] | None)
     return validate_metrics(result)
 
 
+def validation_task(fn: Any, checkpoint_path: str, config: dict[str, Any] | None) -> Iterator[Any]:
+    """The Ray task body: yields a start signal, then :func:`run_validation`'s metrics."""
+    yield _STARTED
+    yield run_validation(fn, checkpoint_path, config)
+
+
 @dataclass
 class _Job:
     record: CheckpointRecord
     fn: Any
     config: dict[str, Any] | None
     queued_at: float = field(default_factory=time.monotonic)
+    #: When it took a concurrency slot and was handed to Ray / a thread.
+    launched_at: float | None = None
+    #: When it started running (None while it waits for a node): ``timeout_s`` counts from here.
     started_at: float | None = None
     handle: Any = None
 
@@ -64,15 +92,18 @@ class BaseValidationDispatcher(ValidationDispatcher, ABC):
         self._cond = threading.Condition()
         self._closed = False
         self._outstanding = 0
+        self._error: BaseException | None = None
+        self._last_waiting_log = float("-inf")
         self.completed = 0
         self.failed = 0
+        #: Seconds from submit to start of each validation that started.
         self.start_latencies: list[float] = []
         self._thread = threading.Thread(
             target=self._loop, name="validation-dispatcher", daemon=True
         )
         self._thread.start()
 
-    # -- interface to the coordinator ---------------------------------------------------------
+    # -- interface to the coordinator and the controller --------------------------------------
     def submit(self, record: CheckpointRecord, fn: Any, config: dict[str, Any] | None) -> None:
         """Queue a validation of a committed checkpoint."""
         with self._cond:
@@ -81,99 +112,182 @@ class BaseValidationDispatcher(ValidationDispatcher, ABC):
             self._cond.notify_all()
         self._publish_demand()
 
-    def demand(self) -> tuple[int, int]:
-        """(pending, running) validations: what the operator scales the pool by."""
+    def counts(self) -> tuple[int, int, int]:
+        """(queued, running, waiting): queued for a concurrency slot, holding one, and those
+        of the running ones still waiting for a node to start on."""
         with self._cond:
-            return len(self._queue), len(self._running)
+            waiting = sum(1 for job in self._running if job.started_at is None)
+            return len(self._queue), len(self._running), waiting
+
+    def demand(self) -> tuple[int, int]:
+        """(pending, running): what the operator sizes the validation pool by.
+
+        ``running`` validations hold a concurrency slot (started, or waiting for a node);
+        ``pending`` counts only queued ones that could start now, at most
+        ``max_concurrent_validations - running``: validations queued beyond the limit
+        would not use another node.
+        """
+        queued, running, _ = self.counts()
+        free = max(0, self.config.max_concurrent_validations - running)
+        return min(queued, free), running
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until no validation is pending or running; False on timeout."""
+        """Block until no validation is pending or running; False on timeout.
+
+        Returns early (True) when the dispatcher failed; :meth:`raise_if_failed` tells.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while self._outstanding:
+            while self._outstanding and self._thread.is_alive():
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
                 self._cond.wait(0.1 if remaining is None else min(0.1, remaining))
         return True
 
+    @property
+    def error(self) -> BaseException | None:
+        """The first failure of the dispatcher itself (not of a validate_fn), if any."""
+        with self._cond:
+            return self._error
+
+    def raise_if_failed(self) -> None:
+        """Raise :class:`ValidationDispatchError` when recording validations failed."""
+        error = self.error
+        if error is not None:
+            raise ValidationDispatchError(
+                f"recording validation results failed: {type(error).__name__}: {error}"
+            ) from error
+
     def close(self) -> None:
-        """Stop dispatching; queued validations stay ``pending_validation``."""
+        """Stop dispatching; queued validations stay ``pending_validation``.
+
+        Running validations are cancelled: their results would no longer be recorded,
+        and they would keep holding validation nodes.
+        """
         with self._cond:
             self._closed = True
             self._cond.notify_all()
         self._thread.join(10)
+        with self._cond:
+            running, self._running = list(self._running), []
+        for job in running:
+            self._cancel(job)
 
     # -- subclass hooks -----------------------------------------------------------------------
     @abstractmethod
     def _launch(self, job: _Job) -> Any:
-        """Start one validation; returns a handle."""
+        """Start one validation; returns a handle. Calls :meth:`_mark_started` once it runs."""
 
     @abstractmethod
-    def _finished(self, jobs: list[_Job], timeout: float) -> list[tuple[_Job, Any, str | None]]:
-        """Jobs that ended within ``timeout``: (job, metrics or None, error text or None)."""
+    def _poll(self, jobs: list[_Job], timeout: float) -> list[tuple[_Job, Any, str | None]]:
+        """Jobs that ended within ``timeout``: (job, metrics or None, error text or None).
+
+        Also marks jobs that started running meanwhile (:meth:`_mark_started`).
+        """
 
     @abstractmethod
     def _cancel(self, job: _Job) -> None:
-        """Stop a validation that timed out (best effort)."""
+        """Stop a validation (best effort)."""
+
+    def _capacity_hint(self) -> str:
+        """Why launched validations may not start (for the periodic waiting log)."""
+        return ""
+
+    def _mark_started(self, job: _Job) -> None:
+        job.started_at = time.monotonic()
+        self.start_latencies.append(job.started_at - job.queued_at)
 
     # -- the loop -----------------------------------------------------------------------------
     def _loop(self) -> None:
-        while True:
-            failed_to_start: list[tuple[_Job, str]] = []
-            with self._cond:
-                if self._closed:
-                    return
-                launched = False
-                while self._queue and len(self._running) < self.config.max_concurrent_validations:
-                    job = self._queue.popleft()
-                    job.started_at = time.monotonic()
-                    try:
-                        job.handle = self._launch(job)
-                    except Exception as exc:  # noqa: BLE001 - recorded, never fatal
-                        failed_to_start.append((job, f"could not start validation: {exc!r}"))
-                        continue
-                    self.start_latencies.append(job.started_at - job.queued_at)
-                    self._running.append(job)
-                    launched = True
-                running = list(self._running)
-                if not running and not failed_to_start:
-                    self._cond.wait(0.5)
-                    continue
-            for job, start_error in failed_to_start:
-                self._finish(job, None, start_error, CheckpointStatus.VALIDATION_FAILED)
-            if launched:
-                self._publish_demand()
-            if not running:
-                continue
-            for job, metrics, error in self._finished(running, 0.2):
-                status = (
-                    CheckpointStatus.VALIDATED
-                    if error is None
-                    else CheckpointStatus.VALIDATION_FAILED
-                )
-                self._done(job, metrics, error, status)
-            timeout = self.config.timeout_s
-            if timeout is not None:
-                now = time.monotonic()
-                for job in running:
-                    if job.started_at is not None and now - job.started_at > timeout:
-                        self._cancel(job)
-                        self._done(
-                            job,
-                            None,
-                            f"validation exceeded timeout_s={timeout:g}",
-                            CheckpointStatus.VALIDATION_TIMEOUT,
-                        )
+        try:
+            while self._step():
+                pass
+        except BaseException as exc:  # noqa: BLE001 - recorded, raised by raise_if_failed
+            self._broken(exc)
 
-    def _done(
-        self, job: _Job, metrics: dict[str, Any] | None, error: str | None, status: str
-    ) -> None:
+    def _step(self) -> bool:
+        """Launch what fits, collect results, apply timeouts. False once closed."""
+        failed_to_start: list[tuple[_Job, str]] = []
+        with self._cond:
+            if self._closed:
+                return False
+            launched = False
+            while self._queue and len(self._running) < self.config.max_concurrent_validations:
+                job = self._queue.popleft()
+                job.launched_at = time.monotonic()
+                try:
+                    job.handle = self._launch(job)
+                except Exception as exc:  # noqa: BLE001 - recorded, never fatal
+                    failed_to_start.append((job, f"could not start validation: {exc!r}"))
+                    continue
+                self._running.append(job)
+                launched = True
+            running = list(self._running)
+            if not running and not failed_to_start:
+                self._cond.wait(0.5)
+                return True
+        for job, start_error in failed_to_start:
+            self._finish(job, None, start_error, CheckpointStatus.VALIDATION_FAILED)
+        if launched:
+            self._publish_demand()
+        if not running:
+            return True
+        for job, metrics, error in self._poll(running, 0.2):
+            status = (
+                CheckpointStatus.VALIDATED if error is None else CheckpointStatus.VALIDATION_FAILED
+            )
+            if self._take(job):
+                self._finish(job, metrics, error, status)
+        self._apply_timeouts(running)
+        self._log_waiting(running)
+        return True
+
+    def _apply_timeouts(self, running: list[_Job]) -> None:
+        timeout = self.config.timeout_s
+        if timeout is None:
+            return
+        now = time.monotonic()
+        for job in running:
+            if job.started_at is None or now - job.started_at <= timeout:
+                continue  # still waiting for a node: not running yet, so not timed
+            if self._take(job):
+                self._cancel(job)
+                self._finish(
+                    job,
+                    None,
+                    f"validation exceeded timeout_s={timeout:g}",
+                    CheckpointStatus.VALIDATION_TIMEOUT,
+                )
+
+    def _log_waiting(self, running: list[_Job]) -> None:
+        """Every ``WAITING_LOG_INTERVAL_S``, say how many validations wait for a node."""
+        now = time.monotonic()
+        waiting = [j for j in running if j.started_at is None and j.launched_at is not None]
+        if not waiting or now - self._last_waiting_log < WAITING_LOG_INTERVAL_S:
+            return
+        oldest = max(now - (j.launched_at or now) for j in waiting)
+        if oldest < WAITING_LOG_INTERVAL_S:
+            return
+        self._last_waiting_log = now
+        queued, _, _ = self.counts()
+        logger.warning(
+            "%d validation(s) waiting for a node with %s to run on (the oldest for %.0fs; "
+            "%d more queued)%s",
+            len(waiting),
+            self.config.resources,
+            oldest,
+            queued,
+            self._capacity_hint(),
+        )
+
+    def _take(self, job: _Job) -> bool:
+        """Remove ``job`` from the running ones; False when it already ended."""
         with self._cond:
             if job not in self._running:
-                return  # already timed out
+                return False
             self._running.remove(job)
-        self._finish(job, metrics, error, status)
+            return True
 
     def _finish(
         self, job: _Job, metrics: dict[str, Any] | None, error: str | None, status: str
@@ -182,11 +296,32 @@ class BaseValidationDispatcher(ValidationDispatcher, ABC):
         # submit() while holding its lock).
         try:
             self._apply(job, metrics, error, status)
+        except Exception as exc:
+            logger.exception("Recording the validation of %s failed", job.record.name)
+            with self._cond:
+                if self._error is None:
+                    self._error = exc
         finally:
             with self._cond:
                 self._outstanding -= 1
                 self._cond.notify_all()
         self._publish_demand()
+
+    def _broken(self, exc: BaseException) -> None:
+        """The loop itself failed: record why, give up on every validation, wake waiters.
+
+        Their checkpoints stay ``pending_validation`` in the manifest.
+        """
+        logger.error("The validation dispatcher failed: %r", exc, exc_info=exc)
+        with self._cond:
+            if self._error is None:
+                self._error = exc
+            running, self._running = list(self._running), []
+            self._queue.clear()
+            self._outstanding = 0
+            self._cond.notify_all()
+        for job in running:
+            self._cancel(job)
 
     def _apply(
         self, job: _Job, metrics: dict[str, Any] | None, error: str | None, status: str
@@ -218,37 +353,58 @@ class BaseValidationDispatcher(ValidationDispatcher, ABC):
 
     def _publish_demand(self) -> None:
         pending, running = self.demand()
+        queued, _, waiting = self.counts()
         call_all(self.coordinator.callbacks, "on_validation_demand", pending, running)
+        call_all(self.coordinator.callbacks, "on_validation_queue", queued, running, waiting)
 
 
 class RayValidationDispatcher(BaseValidationDispatcher):
-    """Each validation is a Ray task asking for ``ValidationConfig.resources``."""
+    """Each validation is a Ray task asking for ``ValidationConfig.resources``.
+
+    The task is a streaming generator: its first item says it started running, so
+    the time it waited for a node with those resources is not part of ``timeout_s``.
+    """
 
     def __init__(self, coordinator: RunCoordinator, config: ValidationConfig) -> None:
         import ray
 
-        self._task: Any = ray.remote(run_validation)
+        self._task: Any = ray.remote(validation_task)
         super().__init__(coordinator, config)
 
     def _launch(self, job: _Job) -> Any:
         return self._task.options(
             num_cpus=self.config.num_cpus,
             resources=dict(self.config.resources),
+            num_returns="streaming",
             max_retries=0,
             name=f"validate:{job.record.name}",
         ).remote(job.fn, job.record.path, job.config)
 
-    def _finished(self, jobs: list[_Job], timeout: float) -> list[tuple[_Job, Any, str | None]]:
+    def _poll(self, jobs: list[_Job], timeout: float) -> list[tuple[_Job, Any, str | None]]:
         import ray
 
-        by_ref = {job.handle: job for job in jobs}
-        ready, _ = ray.wait(list(by_ref), num_returns=len(by_ref), timeout=timeout)
+        by_id = {id(job.handle): job for job in jobs}
+        ready, _ = ray.wait([job.handle for job in jobs], num_returns=len(jobs), timeout=timeout)
         out: list[tuple[_Job, Any, str | None]] = []
-        for ref in ready:
-            try:
-                out.append((by_ref[ref], ray.get(ref), None))
-            except Exception as exc:  # noqa: BLE001 - the validation's own error
-                out.append((by_ref[ref], None, _short_error(exc)))
+        for ready_item in ready:
+            job = by_id[id(ready_item)]
+            generator: Iterator[Any] = job.handle
+            while True:
+                try:
+                    value = ray.get(next(generator))
+                except StopIteration:
+                    out.append((job, None, "the validation task ended without a result"))
+                    break
+                except Exception as exc:  # noqa: BLE001 - the validation's own error
+                    out.append((job, None, _short_error(exc)))
+                    break
+                if job.started_at is None and value == _STARTED:
+                    self._mark_started(job)
+                    if ray.wait([generator], timeout=0)[0]:
+                        continue  # it already finished too
+                    break
+                out.append((job, value, None))
+                break
         return out
 
     def _cancel(self, job: _Job) -> None:
@@ -258,6 +414,24 @@ class RayValidationDispatcher(BaseValidationDispatcher):
             ray.cancel(job.handle, force=True)
         except Exception as exc:  # noqa: BLE001
             logger.debug("cancel failed: %s", exc)
+
+    def _capacity_hint(self) -> str:
+        import ray
+
+        try:
+            total = ray.cluster_resources()
+        except Exception:  # noqa: BLE001 - only a hint
+            return ""
+        missing = {k: v for k, v in self.config.resources.items() if total.get(k, 0.0) < v}
+        if missing:
+            return (
+                f"; the Ray cluster has no node with {missing} (in all: "
+                f"{ {k: total.get(k, 0.0) for k in missing} }). A TrainJob's validation pool "
+                "adds such nodes as it scales up (kubectl get pods -l "
+                "trainjob.dev/role=validation); elsewhere start one with "
+                f"ray start --num-cpus=0 --resources='{json.dumps(missing)}'"
+            )
+        return "; every node that has them is busy"
 
 
 class ThreadValidationDispatcher(BaseValidationDispatcher):
@@ -277,9 +451,10 @@ class ThreadValidationDispatcher(BaseValidationDispatcher):
                 future.set_exception(exc)
 
         threading.Thread(target=target, name=f"validate-{job.record.name}", daemon=True).start()
+        self._mark_started(job)
         return future
 
-    def _finished(self, jobs: list[_Job], timeout: float) -> list[tuple[_Job, Any, str | None]]:
+    def _poll(self, jobs: list[_Job], timeout: float) -> list[tuple[_Job, Any, str | None]]:
         from concurrent.futures import FIRST_COMPLETED
         from concurrent.futures import wait as wait_futures
 
@@ -306,19 +481,43 @@ def _short_error(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)
 
 
-def mark_lost_validations(coordinator: RunCoordinator) -> list[CheckpointRecord]:
-    """A new driver cannot resume validations a previous driver queued: record them as lost."""
-    lost = [
-        r for r in coordinator.manager.records if r.status == CheckpointStatus.PENDING_VALIDATION
-    ]
+def resume_validations(coordinator: RunCoordinator) -> tuple[list[CheckpointRecord], list[str]]:
+    """A new driver picks up validations a previous driver left pending.
+
+    Those of the run-level validate function (``ValidationConfig.validate_fn``, a
+    TrainJob's ``spec.validation.entrypoint``) are queued again with the function and
+    config this driver has: they read the committed checkpoint from storage. A
+    ``validate_fn`` passed to ``report()`` cannot be recovered by another process, so
+    those (and any pending validation when no run-level function is configured) are
+    recorded as ``validation_lost``. Returns (re-queued records, names of lost ones).
+    """
+    manager = coordinator.manager
+    default = coordinator.default_validation
+    validator = coordinator.validator
+    pending = [r for r in manager.records if r.status == CheckpointStatus.PENDING_VALIDATION]
+    resumable = default is not None and validator is not None
+    requeue = [r for r in pending if resumable and r.validation_source == VALIDATE_FN_OF_RUN]
+    lost = [r for r in pending if r not in requeue]
     for record in lost:
         record.status = CheckpointStatus.VALIDATION_LOST
-        record.validation_error = "the driver that queued this validation exited before it ran"
+        record.validation_error = (
+            "the driver that queued this validation exited before it ran, and its "
+            "validate_fn (passed to report()) cannot be recovered by a new driver"
+        )
     if lost:
-        coordinator.manager.update(lost[0])
+        manager.update(lost[0])
         logger.warning(
             "%d validation(s) queued by a previous driver were lost: %s",
             len(lost),
             ", ".join(r.name for r in lost),
         )
-    return lost
+    if requeue:
+        assert default is not None and validator is not None
+        logger.info(
+            "Re-queueing %d validation(s) a previous driver left pending: %s",
+            len(requeue),
+            ", ".join(r.name for r in requeue),
+        )
+        for record in requeue:
+            validator.submit(record, default[0], default[1])
+    return requeue, [r.name for r in lost]

@@ -47,6 +47,7 @@ def run_train_fn(
     """Run the train function under ``session`` and report how it ended."""
     _session.set_session(session)
     try:
+        session.prestart_uploader()
         call_train_fn(fn, config)
     except BaseException as exc:  # noqa: BLE001 - every failure goes to the controller
         session.finish(exc, traceback.format_exc())

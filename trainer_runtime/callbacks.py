@@ -22,7 +22,17 @@ class Callback:
         """A checkpoint was committed, or its validation finished."""
 
     def on_validation_demand(self, pending: int, running: int) -> None:
-        """The number of validations waiting and running changed."""
+        """The validations that need a validation node now changed.
+
+        ``running`` hold a concurrency slot (started, or waiting for a node); ``pending``
+        are queued ones that could start now (at most ``max_concurrent_validations -
+        running``). The operator sizes the validation pool by ``pending + running``.
+        """
+
+    def on_validation_queue(self, queued: int, running: int, waiting: int) -> None:
+        """Raw counts: ``queued`` validations (beyond the concurrency limit too),
+        ``running`` ones, and ``waiting``: those of the running ones not started yet
+        because no node with the ``validation`` resource is free."""
 
     def on_failure(self, error: BaseException, failures: int, will_restart: bool) -> None:
         """The worker group failed."""

@@ -7,7 +7,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -66,7 +66,11 @@ class Checkpoint:
         return not is_gcs_uri(self.path)
 
     def to_directory(self, path: str | os.PathLike[str] | None = None) -> str:
-        """Copy (or download) the checkpoint's files into ``path`` (a new temp dir by default)."""
+        """Copy (or download) the checkpoint's files into ``path`` (a new temp dir by default).
+
+        The run's commit marker is not copied: a copy is not a committed checkpoint, and
+        reporting it again must not carry the old checkpoint's marker along.
+        """
         target = Path(path) if path is not None else Path(tempfile.mkdtemp(prefix="checkpoint_"))
         target.mkdir(parents=True, exist_ok=True)
         if self.is_local:
@@ -74,14 +78,18 @@ class Checkpoint:
             if not src.is_dir():
                 raise FileNotFoundError(f"checkpoint folder {self.path} does not exist")
             if src.resolve() != target.resolve():
-                shutil.copytree(src, target, dirs_exist_ok=True)
+                shutil.copytree(src, target, dirs_exist_ok=True, ignore=_skip_commit_marker(src))
         else:
             get_storage(self.path).download_dir(self.path, target)
+            (target / COMMIT_MARKER).unlink(missing_ok=True)
         return str(target)
 
     @contextlib.contextmanager
     def as_directory(self) -> Iterator[str]:
-        """A local folder holding the files: the folder itself when local, else a temp copy."""
+        """A local folder holding the files: the folder itself when local, else a temp copy.
+
+        Treat the folder as read-only: when local it is the checkpoint itself.
+        """
         if self.is_local:
             yield self.path
             return
@@ -126,3 +134,12 @@ class Checkpoint:
 
     def __reduce__(self) -> tuple[type[Checkpoint], tuple[str]]:
         return (Checkpoint, (self.path,))
+
+
+def _skip_commit_marker(root: Path) -> Callable[[str, list[str]], list[str]]:
+    """A ``shutil.copytree`` ``ignore`` that leaves out ``root``'s commit marker."""
+
+    def ignore(folder: str, names: list[str]) -> list[str]:
+        return [COMMIT_MARKER] if COMMIT_MARKER in names and Path(folder) == root else []
+
+    return ignore

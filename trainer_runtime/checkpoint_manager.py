@@ -6,6 +6,12 @@ commit marker (``.trainjob_committed.json`` inside the folder) is written,
 after every file is stored; :meth:`CheckpointManager.restore` also picks up
 markers the manifest missed (a driver that died between the two writes), so a
 committed checkpoint is never lost, and a folder without a marker is never used.
+
+Deleting a checkpoint first turns its marker into a tombstone, so a deletion
+cut short leaves an uncommitted folder, never a marked, partial one. A driver
+that starts deletes the run's uncommitted folders (interrupted uploads and
+deletions) before its workers start, so a new checkpoint never reuses a
+folder that still holds stale files.
 """
 
 from __future__ import annotations
@@ -25,6 +31,12 @@ logger = logging.getLogger(__name__)
 
 MANIFEST_FILE = "checkpoint_manifest.json"
 MANIFEST_VERSION = 1
+
+#: ``CheckpointRecord.validation_source`` of a checkpoint validated by the run-level
+#: ``ValidationConfig.validate_fn`` (a new driver can re-queue it) ...
+VALIDATE_FN_OF_RUN = "run"
+#: ... and by a ``validate_fn`` passed to ``report()`` (it cannot be recovered by another process).
+VALIDATE_FN_OF_REPORT = "report"
 
 
 class CheckpointStatus:
@@ -52,6 +64,9 @@ class CheckpointRecord:
     status: str = CheckpointStatus.COMMITTED
     validation_metrics: dict[str, Any] | None = None
     validation_error: str | None = None
+    #: Which validate function was queued for it: ``VALIDATE_FN_OF_RUN``,
+    #: ``VALIDATE_FN_OF_REPORT``, or None (no validation).
+    validation_source: str | None = None
 
     @property
     def checkpoint(self) -> Checkpoint:
@@ -171,8 +186,19 @@ class CheckpointManager:
             logger.info(
                 "Deleting checkpoint %s (not in the top %s)", record.name, self.config.num_to_keep
             )
-            self.storage.delete_dir(record.path)
+            self.delete_checkpoint(record.path)
         return evicted
+
+    def delete_checkpoint(self, path: str) -> None:
+        """Delete a checkpoint folder so that no crash can leave it marked but partial.
+
+        The commit marker is overwritten with a tombstone first (storage writes are
+        atomic), then the folder is deleted: a deletion cut short leaves a folder
+        that :meth:`restore` treats as uncommitted and removes.
+        """
+        tombstone = {"tombstone": True, "deleted_at": time.time()}
+        self.storage.write_bytes(join_uri(path, COMMIT_MARKER), json.dumps(tombstone).encode())
+        self.storage.delete_dir(path)
 
     def _select_evictions(self) -> list[CheckpointRecord]:
         keep_n = self.config.num_to_keep
@@ -208,8 +234,38 @@ class CheckpointManager:
         }
         self.storage.write_bytes(self.manifest_uri, json.dumps(data, indent=1).encode())
 
-    def restore(self) -> None:
-        """Load the manifest and any committed checkpoint it does not list yet."""
+    def read_marker(self, name: str) -> CheckpointRecord | None:
+        """The record in folder ``name``'s commit marker; None when the folder is not committed.
+
+        A missing marker (an interrupted upload), a tombstone (an interrupted deletion),
+        an unreadable marker, or one describing another folder (copied along with a
+        checkpoint's files) all mean "not committed".
+        """
+        marker = join_uri(self.run_path, name, COMMIT_MARKER)
+        try:
+            data = json.loads(self.storage.read_bytes(marker))
+        except FileNotFoundError:
+            return None
+        except ValueError:
+            logger.warning("Ignoring unreadable commit marker %s", marker)
+            return None
+        if not isinstance(data, dict) or data.get("tombstone") or data.get("name") != name:
+            return None
+        try:
+            return CheckpointRecord.from_json(data)
+        except TypeError:
+            logger.warning("Ignoring commit marker %s without a checkpoint record", marker)
+            return None
+
+    def restore(self, delete_uncommitted: bool = False) -> list[str]:
+        """Load the manifest and any committed checkpoint it does not list yet.
+
+        With ``delete_uncommitted`` (the run's driver, before any worker starts), every
+        sub-folder of the run folder that is not a committed checkpoint is deleted: it
+        holds files of an interrupted upload or deletion, can never be resumed from, and
+        would otherwise end up inside a new checkpoint written to the same folder name.
+        Returns the names of the deleted folders.
+        """
         records: dict[str, CheckpointRecord] = {}
         try:
             data = json.loads(self.storage.read_bytes(self.manifest_uri))
@@ -219,16 +275,24 @@ class CheckpointManager:
             record = CheckpointRecord.from_json(item)
             records[record.name] = record
         self.next_round = int(data.get("next_round", 0))
+        deleted: list[str] = []
         for name in self.storage.list_dirs(self.run_path):
             if name in records:
                 continue
-            marker = join_uri(self.run_path, name, COMMIT_MARKER)
-            try:
-                found = CheckpointRecord.from_json(json.loads(self.storage.read_bytes(marker)))
-            except FileNotFoundError:
-                continue  # an interrupted upload: never resumed from
+            found = self.read_marker(name)
+            if found is None:
+                if delete_uncommitted:
+                    logger.warning(
+                        "Deleting uncommitted checkpoint folder %s (left by an interrupted "
+                        "upload or deletion; it can never be resumed from)",
+                        join_uri(self.run_path, name),
+                    )
+                    self.storage.delete_dir(join_uri(self.run_path, name))
+                    deleted.append(name)
+                continue
             logger.info("Recovered committed checkpoint %s missing from the manifest", name)
             records[name] = found
         self.records = sorted(records.values(), key=lambda r: r.round)
         for record in self.records:
             self.next_round = max(self.next_round, record.round + 1)
+        return deleted

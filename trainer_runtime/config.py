@@ -193,6 +193,8 @@ class ValidationConfig:
     """
 
     max_concurrent_validations: int = 1
+    #: Seconds a validation may run, counted from when it starts running: time spent
+    #: waiting for a node with ``resources`` (a pool scaling up from zero) does not count.
     timeout_s: float | None = None
     resources: dict[str, float] = field(default_factory=lambda: {"validation": 1.0})
     #: Validation tasks ask for no CPU by default: the ``validation`` resource bounds how

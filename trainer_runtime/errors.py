@@ -59,3 +59,7 @@ class UserConfigError(TrainerRuntimeError, ValueError):
 
 class StorageError(TrainerRuntimeError):
     """A storage operation failed after its retries."""
+
+
+class ValidationDispatchError(TrainerRuntimeError):
+    """Recording validation results failed (e.g. the manifest could not be saved)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib
 import importlib.util
+import math
 import os
 import sys
 import threading
@@ -20,6 +21,7 @@ from typing import Any
 from trainer_runtime.callbacks import Callback
 from trainer_runtime.checkpoint_manager import CheckpointRecord, CheckpointStatus
 from trainjob_operator.api.models import TrainJob, split_entrypoint
+from trainjob_operator.render.workers import gpus_per_worker
 
 DEFAULT_LOCAL_STORAGE = "~/trainjob_results"
 
@@ -76,6 +78,8 @@ class RunPlan:
     num_workers: int
     storage_path: str
     worker_cpus: float
+    worker_gpus: int = 0
+    """GPUs per worker: the ``nvidia.com/gpu`` count the worker pods are rendered with."""
     trainer_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
@@ -106,20 +110,29 @@ def plan_run(
         or os.path.expanduser(DEFAULT_LOCAL_STORAGE)
     )
     cpus = _cpu_quantity(spec.scaling.resources_per_worker.get("cpu"))
+    gpus = gpus_per_worker(job) if spec.scaling.tpu is None else 0
     if spec.framework == "jax" and importlib.util.find_spec("trainer_runtime.jax") is None:
         raise EntrypointError(
             "spec.framework",
             "framework 'jax' needs trainer_runtime.jax, which this version does not include yet",
             "use framework: torch",
         )
-    if spec.scaling.tpu is not None and workers > 0 and not os.environ.get("TPU_WORKER_ID"):
+    if (
+        spec.scaling.tpu is not None
+        and workers > 0
+        and not os.environ.get("RAY_ADDRESS")
+        and not os.environ.get("TPU_WORKER_ID")
+    ):
+        # Only meaningful for ``trainjob run`` starting its own local Ray on a machine without
+        # TPUs. A driver that joins an existing cluster (``RAY_ADDRESS``: the in-cluster driver
+        # pod, which runs on a CPU node) finds the TPU hosts through Ray's resources.
         raise EntrypointError(
             "spec.scaling.tpu",
-            "this machine has no TPU hosts",
-            "run the TrainJob on GKE, or pass --num-workers 0 to run the "
-            "train function here in one process",
+            "this machine has no TPU hosts and RAY_ADDRESS names no Ray cluster to join",
+            "run the TrainJob on GKE, set RAY_ADDRESS to a Ray cluster with TPU hosts, or pass "
+            "--num-workers 0 to run the train function here in one process",
         )
-    return RunPlan(job, train_fn, validate_fn, workers, storage, cpus)
+    return RunPlan(job, train_fn, validate_fn, workers, storage, cpus, worker_gpus=gpus)
 
 
 def build_trainer(plan: RunPlan, callbacks: list[Callback]) -> Any:
@@ -138,8 +151,9 @@ def build_trainer(plan: RunPlan, callbacks: list[Callback]) -> Any:
         spec.checkpoint.upload_mode
     ]
     resources: dict[str, float] = {"CPU": plan.worker_cpus}
-    if spec.scaling.use_gpu:
-        resources["GPU"] = 1.0
+    if plan.worker_gpus > 0:
+        # The same count the worker pods get (``nvidia.com/gpu``; ``useGpu`` alone means 1).
+        resources["GPU"] = float(plan.worker_gpus)
     run_config = RunConfig(
         name=plan.job.metadata.name,
         storage_path=plan.storage_path,
@@ -166,6 +180,7 @@ def build_trainer(plan: RunPlan, callbacks: list[Callback]) -> Any:
         worker_env={e.name: e.value for e in spec.env if e.value is not None},
     )
     tpu = spec.scaling.tpu
+    timeout = spec.scaling.placement_timeout_seconds
     scaling = ScalingConfig(
         num_workers=plan.num_workers,
         use_gpu=spec.scaling.use_gpu,
@@ -174,6 +189,10 @@ def build_trainer(plan: RunPlan, callbacks: list[Callback]) -> Any:
         accelerator_type=tpu.accelerator_type if tpu is not None else None,
         topology=tpu.topology if tpu is not None else None,
         num_slices=tpu.num_slices if tpu is not None else 1,
+        # spec.scaling.placementTimeoutSeconds; unset keeps the runtime's default (600 s).
+        placement_timeout_s=(
+            float(timeout) if timeout is not None else ScalingConfig.placement_timeout_s
+        ),
     )
     if spec.framework == "torch":
         from trainer_runtime.torch import TorchTrainer
@@ -195,6 +214,31 @@ def build_trainer(plan: RunPlan, callbacks: list[Callback]) -> Any:
     return jax_trainer
 
 
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float as a string: ``"NaN"``, ``"Infinity"``,
+    ``"-Infinity"`` (nested dicts, lists and tuples included).
+
+    Reported metrics may hold them (a diverging loss is NaN), but JSON has no such numbers and
+    the API server rejects a status patch that contains the bare tokens, so free-form metrics
+    in the status carry them as these strings.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
+    return value
+
+
+def _finite_score(value: Any) -> float | None:
+    """A checkpoint score as a JSON number, or None (null) when missing or not finite."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    score = float(value)
+    return score if math.isfinite(score) else None
+
+
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -208,7 +252,11 @@ def _step_of(metrics: dict[str, Any] | None, fallback: int) -> int:
 
 
 class StatusTracker(Callback):
-    """Keeps a TrainJob ``status`` dict (camelCase) up to date from runtime callbacks."""
+    """Keeps a TrainJob ``status`` dict (camelCase) up to date from runtime callbacks.
+
+    The status is always valid JSON for the API server: non-finite floats in metrics become
+    strings (:func:`json_safe`) and a non-finite ``bestCheckpoint.score`` becomes null.
+    """
 
     def __init__(self, score_attribute: str | None = None) -> None:
         self.score_attribute = score_attribute
@@ -242,13 +290,17 @@ class StatusTracker(Callback):
             self.reports += 1
             self.status["progress"] = {
                 "step": _step_of(metrics, self.reports - 1),
-                "metrics": dict(metrics),
+                "metrics": json_safe(dict(metrics)),
                 "updatedAt": _now(),
             }
 
     def _checkpoint(self, record: CheckpointRecord) -> dict[str, Any]:
         metrics = record.all_metrics
-        return {"path": record.path, "step": _step_of(metrics, record.round), "metrics": metrics}
+        return {
+            "path": record.path,
+            "step": _step_of(metrics, record.round),
+            "metrics": json_safe(dict(metrics)),
+        }
 
     def on_checkpoint(self, record: CheckpointRecord, best: CheckpointRecord | None) -> None:
         """A checkpoint was committed or validated."""
@@ -258,8 +310,8 @@ class StatusTracker(Callback):
                 self.status["latestCheckpoint"] = self._checkpoint(record)
             if best is not None:
                 entry = self._checkpoint(best)
-                score = best.all_metrics.get(self.score_attribute or "")
-                entry["score"] = float(score) if isinstance(score, int | float) else None
+                # A typed number field: a NaN/inf score is published as null.
+                entry["score"] = _finite_score(best.all_metrics.get(self.score_attribute or ""))
                 self.status["bestCheckpoint"] = entry
             if record.status not in (
                 CheckpointStatus.COMMITTED,

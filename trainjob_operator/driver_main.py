@@ -89,7 +89,8 @@ class StatusPublisher(StatusTracker):
                 "TrainJob", self.namespace, self.name, {"status": patch}, subresource="status"
             )
             self._last = patch
-        except ApiError as exc:
+        except (ApiError, ValueError) as exc:
+            # Never let one bad patch stop the publisher thread: the next change retries.
             logger.warning("could not publish status: %s", exc)
 
     def _loop(self) -> None:

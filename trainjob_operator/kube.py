@@ -132,6 +132,18 @@ def resource_path(
     return path
 
 
+def _encode(body: Any, what: str) -> bytes:
+    """``body`` as strict JSON: a NaN or infinite float (which Python's json would write as the
+    bare tokens ``NaN``/``Infinity``, rejected by the API server) is a ValueError here."""
+    try:
+        return json.dumps(body, allow_nan=False).encode()
+    except ValueError as exc:
+        raise ValueError(
+            f"{what}: the body holds a NaN or infinite float, which JSON and the API server "
+            f"reject ({exc}); send it as a string or null"
+        ) from None
+
+
 class KubeClient:
     """JSON over HTTPS to one API server."""
 
@@ -157,11 +169,16 @@ class KubeClient:
         content_type: str = "application/json",
         query: dict[str, str] | None = None,
     ) -> Any:
-        """Send one request; retry transient failures; raise ApiError otherwise."""
+        """Send one request; retry transient failures; raise ApiError otherwise.
+
+        Raises:
+            ApiError: the server's answer (or ``Unreachable`` after the retries).
+            ValueError: ``body`` holds a NaN or infinite float (never sent).
+        """
         url = self.config.host + path
         if query:
             url += "?" + urllib.parse.urlencode(query)
-        data = None if body is None else json.dumps(body).encode()
+        data = None if body is None else _encode(body, f"{method} {path}")
         delay = 0.2
         for attempt in range(1, self.attempts + 1):
             req = urllib.request.Request(url, data=data, method=method)

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import datetime as dt
+import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import kopf
@@ -36,10 +39,49 @@ PHASES = Gauge("trainjob_jobs", "TrainJobs by phase", ["phase"])
 
 
 def default_renderer() -> Renderer:
-    """The manifest renderer (``trainjob_operator.render``)."""
-    from trainjob_operator.render import render_for_reconcile
+    """The manifest renderer (``trainjob_operator.render``) with the operator-wide pod
+    defaults from the environment (``TRAINJOB_DEFAULT_*``, the Helm chart's ``defaults``).
 
-    return render_for_reconcile
+    Raises:
+        ValueError: naming the variable, when one of them is not valid (read at startup).
+    """
+    from trainjob_operator.render import render_options_from_env, renderer_for
+
+    return renderer_for(render_options_from_env())
+
+
+class KeyedLocks:
+    """One lock per key, kept only while someone holds or waits for it.
+
+    A lock entry is dropped when its last user leaves, so the map does not grow with every
+    TrainJob ever seen, and an entry is never replaced while a thread waits on it (which would
+    let two threads hold "the" lock of one key at once).
+    """
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._locks: dict[Any, tuple[threading.Lock, int]] = {}
+
+    @contextlib.contextmanager
+    def hold(self, key: Any) -> Iterator[None]:
+        """Hold ``key``'s lock for the ``with`` block."""
+        with self._mutex:
+            lock, users = self._locks.get(key, (threading.Lock(), 0))
+            self._locks[key] = (lock, users + 1)
+        try:
+            with lock:
+                yield
+        finally:
+            with self._mutex:
+                lock, users = self._locks[key]
+                if users == 1:
+                    del self._locks[key]
+                else:
+                    self._locks[key] = (lock, users - 1)
+
+    def __len__(self) -> int:
+        with self._mutex:
+            return len(self._locks)
 
 
 class Operator:
@@ -50,18 +92,27 @@ class Operator:
         self.render = render
         self._phases: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
+        self._job_locks = KeyedLocks()
 
     def reconcile(self, namespace: str, name: str, trigger: str) -> None:
-        """Run one reconcile; errors are retried by kopf with backoff."""
+        """Run one reconcile; errors are retried by kopf with backoff.
+
+        kopf runs the handlers of different objects concurrently (the TrainJob's timer, its
+        pods' events), so reconciles of one TrainJob are serialized here: each one reads the
+        status and children the previous one wrote. Two at once would both act on the same
+        stale status (duplicate events, one's status patch undoing the other's).
+        """
         RECONCILES.labels(trigger).inc()
-        start = time.perf_counter()
-        try:
-            plan = reconcile_trainjob(self.client, namespace, name, self.render)
-        except Exception:
-            ERRORS.labels(trigger).inc()
-            raise
-        finally:
-            DURATION.observe(time.perf_counter() - start)
+        key = (namespace, name)
+        with self._job_locks.hold(key):
+            start = time.perf_counter()
+            try:
+                plan = reconcile_trainjob(self.client, namespace, name, self.render)
+            except Exception:
+                ERRORS.labels(trigger).inc()
+                raise
+            finally:
+                DURATION.observe(time.perf_counter() - start)
         with self._lock:
             if plan is None:
                 self._phases.pop((namespace, name), None)
@@ -120,6 +171,10 @@ def configure(settings: kopf.OperatorSettings) -> None:
         prefix="trainjob.dev", key="last-handled-configuration"
     )
     settings.queueing.error_delays = [1, 2, 5, 10, 30]
+    # A TrainJob deleted from inside its own timer (ttlSecondsAfterFinished) still has that
+    # timer running when kopf sees the deletion; kopf keeps its finalizer until the timer
+    # exits and re-checks every cancellation_polling seconds (60 by default).
+    settings.background.cancellation_polling = 2
 
 
 def run_operator(
@@ -130,10 +185,15 @@ def run_operator(
     liveness_endpoint: str | None = None,
     timer_interval: float = 5.0,
     render: Renderer | None = None,
+    client: KubeClient | None = None,
 ) -> None:
-    """Run the operator until ``stop_flag`` is set (blocking; call it in a thread to embed)."""
+    """Run the operator until ``stop_flag`` is set (blocking; call it in a thread to embed).
+
+    ``client`` is the API client of the reconciler (default: ``KubeClient(config)``); kopf's
+    own watches always use ``config``.
+    """
     registry = kopf.OperatorRegistry()
-    operator = Operator(KubeClient(config), render or default_renderer())
+    operator = Operator(client or KubeClient(config), render or default_renderer())
     register(registry, operator, timer_interval)
 
     def login(**_: Any) -> kopf.ConnectionInfo:
@@ -166,18 +226,70 @@ def run_operator(
     )
 
 
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ``time``, ``level``, ``logger``, ``message``, and for kopf's
+    per-object log records ``object`` (the name) and ``namespace``; ``exception`` when the
+    record carries one. Built with :func:`json.dumps`, so quotes and newlines in messages are
+    escaped, never breaking the line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record as a JSON line."""
+        entry: dict[str, Any] = {
+            "time": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(
+                timespec="milliseconds"
+            ),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        ref = getattr(record, "k8s_ref", None)  # set by kopf's per-object logger
+        if isinstance(ref, dict):
+            if ref.get("name"):
+                entry["object"] = ref["name"]
+            if ref.get("namespace"):
+                entry["namespace"] = ref["namespace"]
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            entry["exception"] = record.exc_text
+        if record.stack_info:
+            entry["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(entry, default=str, ensure_ascii=False)
+
+
+def configure_logging(verbose: bool = False) -> None:
+    """Structured (JSON lines) logs on stderr for the whole process, kopf included."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter())
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
+
+
+def start_metrics_server(port: int, addr: str = "0.0.0.0") -> Any:
+    """Serve the Prometheus metrics (``/metrics``) on ``addr:port`` from a daemon thread;
+    returns the HTTP server (``.shutdown()`` stops it)."""
+    server, _thread = start_http_server(port, addr=addr)
+    return server
+
+
 def operator_command(args: argparse.Namespace) -> int:
     """``trainjob operator``: run until interrupted."""
-    logging.basicConfig(
-        level=logging.DEBUG if getattr(args, "verbose", False) else logging.INFO,
-        format='{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s",'
-        '"message":"%(message)s"}',
-    )
+    configure_logging(verbose=bool(getattr(args, "verbose", False)))
     if getattr(args, "metrics_port", None):
-        start_http_server(int(args.metrics_port))
+        start_metrics_server(int(args.metrics_port))
     namespaces = getattr(args, "namespace", None) or None
     run_operator(KubeConfig.load(), namespaces, liveness_endpoint=getattr(args, "liveness", None))
     return 0
 
 
-__all__ = ["Operator", "TrainJob", "configure", "operator_command", "register", "run_operator"]
+__all__ = [
+    "JsonFormatter",
+    "KeyedLocks",
+    "Operator",
+    "TrainJob",
+    "configure",
+    "configure_logging",
+    "operator_command",
+    "register",
+    "run_operator",
+    "start_metrics_server",
+]

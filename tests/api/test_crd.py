@@ -86,7 +86,8 @@ def test_crd_names_and_version() -> None:
         "trainjob",
     )
     assert names["shortNames"] == ["tj"]
-    assert names["categories"] == ["all", "trainjob"]
+    # A project category only: custom resources stay out of `kubectl get all`.
+    assert names["categories"] == ["trainjob"]
     [version] = spec["versions"]
     assert version["name"] == "v1alpha1"
     assert version["served"] is True and version["storage"] is True

@@ -13,6 +13,7 @@ from trainjob_operator.api import (
     FieldError,
     ManifestError,
     Phase,
+    ScalingConfig,
     TpuConfig,
     TrainJob,
     TrainJobSpec,
@@ -127,10 +128,30 @@ def test_validation_pool_defaults() -> None:
     assert spec.validation.config is None
 
 
-def test_snake_case_input_is_accepted() -> None:
-    job = parse_trainjob(manifest(scaling={"num_workers": 3, "resources_per_worker": {"cpu": 2}}))
-    assert job.spec.scaling.num_workers == 3
-    assert job.spec.scaling.resources_per_worker == {"cpu": 2}
+def test_snake_case_manifest_fields_are_rejected_with_the_camel_case_spelling() -> None:
+    # The API server's structural schema would prune snake_case keys (the job would silently
+    # run with the defaults), so manifests are parsed by the camelCase names only.
+    errors = errors_of(
+        manifest(scaling={"num_workers": 3, "resources_per_worker": {"cpu": 2}}, upload_mode="x")
+    )
+    by_path = {e.path: e for e in errors}
+    assert set(by_path) == {
+        "spec.scaling.num_workers",
+        "spec.scaling.resources_per_worker",
+        "spec.upload_mode",
+    }
+    assert by_path["spec.scaling.num_workers"].message == "unknown field 'num_workers'"
+    hint = by_path["spec.scaling.num_workers"].hint or ""
+    assert hint.startswith("did you mean 'numWorkers'?") and "camelCase" in hint
+    assert "'resourcesPerWorker'" in (by_path["spec.scaling.resources_per_worker"].hint or "")
+    # Not a field of spec at all: the usual list of valid fields.
+    assert "valid fields:" in (by_path["spec.upload_mode"].hint or "")
+
+
+def test_python_code_may_still_construct_models_by_field_name() -> None:
+    scaling = ScalingConfig(num_workers=3, resources_per_worker={"cpu": 2})
+    assert scaling.num_workers == 3
+    assert ScalingConfig.model_validate({"num_workers": 3}).num_workers == 3
 
 
 def test_zero_workers_is_local_mode() -> None:
@@ -455,7 +476,12 @@ def test_unknown_field_nested_uses_camel_case() -> None:
     err = only_error(tpu_scaling(tpu={"chips": 4}))
     assert err.path == "spec.scaling.tpu.chips"
     assert err.hint is not None and "acceleratorType" in err.hint and "numSlices" in err.hint
-    err = only_error(manifest(scaling={"num_workers": 1, "resources_per_worker": {"cpu": "x"}}))
+    err = only_error(manifest(scaling={"numWorkers": 1, "resourcesPerWorker": {"cpu": "x"}}))
+    assert err.path == "spec.scaling.resourcesPerWorker.cpu"
+    # Models validated by Python name (code, not manifests) get camelCase paths too.
+    with pytest.raises(ValidationError) as info:
+        ScalingConfig.model_validate({"num_workers": 1, "resources_per_worker": {"cpu": "x"}})
+    [err] = field_errors(info.value, ScalingConfig, prefix="spec.scaling")
     assert err.path == "spec.scaling.resourcesPerWorker.cpu"
 
 

@@ -271,13 +271,34 @@ def test_defaults_configmap_is_passed_as_env() -> None:
     assert checksum(custom) != checksum(render())  # a change of defaults restarts the operator
 
 
+def test_the_operator_applies_the_charts_pod_defaults() -> None:
+    # The defaults ConfigMap, as the operator's env (envFrom), into the pods it renders.
+    from tests.render.helpers import UID, make_job, tpu_job
+    from trainjob_operator.render import (
+        RenderOptions,
+        render_options_from_env,
+        render_validation_pods,
+        render_worker_pods,
+    )
+
+    assert render_options_from_env(one(render(), "ConfigMap")["data"]) == RenderOptions()
+    options = render_options_from_env(one(render(CUSTOM), "ConfigMap")["data"])
+    [worker, *_] = render_worker_pods(tpu_job("4x4"), uid=UID, options=options)
+    assert worker["spec"]["nodeSelector"]["cloud.google.com/gke-nodepool"] == "tpu-v6e"
+    job = make_job(validation={"entrypoint": "pkg.mod:validate"})
+    [pod] = render_validation_pods(job, uid=UID, validation_replicas=1, options=options)
+    assert pod["spec"]["nodeSelector"]["pool"] == "validation"
+    assert {"key": "validation", "operator": "Exists"} in pod["spec"]["tolerations"]
+
+
 def test_notes() -> None:
     text = notes()
     assert "all namespaces" in text
-    assert "does not read them yet" in text  # the defaults ConfigMap
+    assert "does not read them yet" not in text and "Pod defaults" not in text  # none set
     assert "kubectl apply --server-side -f crds/trainjob.dev_trainjobs.yaml" in text
     custom = notes(CUSTOM)
     assert "team-a, team-b" in custom and "ServiceMonitor tjo-trainjob-operator" in custom
+    assert "Pod defaults (ConfigMap tjo-trainjob-operator-defaults" in custom
     assert "paused" in notes({"replicaCount": 0})
 
 

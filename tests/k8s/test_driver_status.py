@@ -72,3 +72,63 @@ def test_publisher_patches_progress_checkpoints_and_demand(
     assert status["latestCheckpoint"]["path"] == "/ckpt/checkpoint_000000"
     assert status["bestCheckpoint"]["score"] == 0.25
     assert status["validations"] == {"pending": 0, "running": 0, "done": 1, "failed": 0}
+
+
+def test_publisher_sends_nan_and_infinite_metrics_the_api_server_accepts(
+    kube: KubeClient, k8s_namespace: str
+) -> None:
+    # A diverging run reports NaN/inf. JSON has no such numbers: free-form metrics carry them
+    # as strings and the typed bestCheckpoint.score as null, so this patch and every later
+    # one are accepted (a bare NaN token would make the API server reject all of them).
+    body = copy.deepcopy(yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text()))
+    body["metadata"]["namespace"] = k8s_namespace
+    kube.create(body, k8s_namespace)
+    pub = StatusPublisher(kube, k8s_namespace, "quickstart", "val_loss", min_interval=0.1)
+    nan, inf = float("nan"), float("inf")
+    pub.on_report(0, {"epoch": 0, "train_loss": nan, "grad": [1.0, -inf], "ok": 1.5})
+    record = CheckpointRecord(
+        "checkpoint_000000",
+        "/ckpt/checkpoint_000000",
+        0,
+        {"epoch": 0, "train_loss": nan},
+        status=CheckpointStatus.VALIDATED,
+        validation_metrics={"val_loss": inf},
+    )
+    pub.on_checkpoint(record, record)
+    pub.close()
+    status = _status(kube, k8s_namespace)
+    assert status["progress"]["metrics"] == {
+        "epoch": 0,
+        "train_loss": "NaN",
+        "grad": [1.0, "-Infinity"],
+        "ok": 1.5,
+    }
+    assert status["latestCheckpoint"]["metrics"] == {
+        "epoch": 0,
+        "train_loss": "NaN",
+        "val_loss": "Infinity",
+    }
+    assert status["bestCheckpoint"]["path"] == "/ckpt/checkpoint_000000"
+    assert status["bestCheckpoint"].get("score") is None
+    # Later patches still go through, and a finite score is a number again.
+    pub = StatusPublisher(kube, k8s_namespace, "quickstart", "val_loss", min_interval=0.1)
+    pub.on_report(1, {"epoch": 1, "train_loss": 0.5})
+    record = CheckpointRecord(
+        "checkpoint_000001",
+        "/ckpt/checkpoint_000001",
+        1,
+        {"epoch": 1},
+        status=CheckpointStatus.VALIDATED,
+        validation_metrics={"val_loss": 0.25},
+    )
+    pub.on_checkpoint(record, record)
+    pub.close()
+    status = _status(kube, k8s_namespace)
+    assert status["progress"]["step"] == 1
+    assert status["progress"]["metrics"]["train_loss"] == 0.5
+    assert status["bestCheckpoint"]["score"] == 0.25
+
+
+def test_kube_client_refuses_to_send_a_non_finite_float(kube: KubeClient) -> None:
+    with pytest.raises(ValueError, match=r"PATCH .*NaN or infinite float"):
+        kube.patch("TrainJob", "default", "nothing", {"status": {"x": float("nan")}})

@@ -39,12 +39,19 @@ def kube(envtest: EnvTest) -> KubeClient:
 class RunningOperator:
     """An operator thread that can be stopped and started again (an operator restart)."""
 
-    def __init__(self, envtest: EnvTest, namespace: str, liveness: str | None = None) -> None:
+    def __init__(
+        self,
+        envtest: EnvTest,
+        namespace: str,
+        liveness: str | None = None,
+        client: KubeClient | None = None,
+    ) -> None:
         self.config = KubeConfig(
             host=envtest.host, token=envtest.token, ca_file=str(envtest.ca_file)
         )
         self.namespace = namespace
         self.liveness = liveness
+        self.client = client  # the reconciler's API client (default: a plain KubeClient)
         self.thread: threading.Thread | None = None
         self.stop_flag = threading.Event()
 
@@ -59,6 +66,7 @@ class RunningOperator:
                 "ready_flag": ready,
                 "timer_interval": 1.0,
                 "liveness_endpoint": self.liveness,
+                "client": self.client,
             },
             daemon=True,
         )
@@ -360,3 +368,321 @@ def test_fifty_trainjobs_are_all_reconciled(kube: KubeClient, operator: RunningO
         timeout=120,
     )
     assert len(statuses) == 50
+
+
+# --------------------------------------------------------------------------- more helpers
+
+
+def set_terminated(
+    kube: KubeClient,
+    namespace: str,
+    pod: str,
+    container: str,
+    exit_code: int,
+    reason: str,
+    msg: str,
+) -> None:
+    """Play the kubelet: the pod failed, its container ended with ``exit_code``."""
+    terminated = {"exitCode": exit_code, "reason": reason, "message": msg}
+    status = {
+        "phase": "Failed",
+        "containerStatuses": [
+            {
+                "name": container,
+                "ready": False,
+                "restartCount": 0,
+                "image": "example.test/runtime",
+                "imageID": "",
+                "state": {"terminated": terminated},
+            }
+        ],
+    }
+    kube.patch("Pod", namespace, pod, {"status": status}, subresource="status")
+
+
+def by_role(kube: KubeClient, namespace: str, wanted: str, job: str = "quickstart") -> list[str]:
+    return sorted(n for n, p in pods(kube, namespace, job).items() if role(p) == wanted)
+
+
+def failed_condition(status: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in status["conditions"] if c["type"] == "Failed")
+
+
+def events(kube: KubeClient, namespace: str, reason: str, job: str = "quickstart") -> list[Any]:
+    return [
+        e
+        for e in kube.list("Event", namespace)
+        if e["reason"] == reason and e["involvedObject"]["name"] == job
+    ]
+
+
+def wait_phase(kube: KubeClient, namespace: str, phase: str, timeout: float = 60) -> dict[str, Any]:
+    status: dict[str, Any] = wait_for(
+        phase,
+        lambda: (s := job_status(kube, namespace)).get("phase") == phase and s,
+        timeout=timeout,
+    )
+    return status
+
+
+# --------------------------------------------------------------------------- validation pool
+
+
+def test_validation_pool_scales_up_holds_while_validating_and_idles_to_min(
+    kube: KubeClient, operator: RunningOperator
+) -> None:
+    ns = operator.namespace
+    validation = {
+        "entrypoint": "examples.quickstart.train:validate_func",
+        "maxConcurrent": 2,
+        "pool": {"minReplicas": 0, "maxReplicas": 3, "idleSeconds": 3},
+    }
+    make_job(kube, ns, validation=validation)
+    wait_for("4 pods", lambda: len(pods(kube, ns)) == 4)
+
+    def demand(pending: int, running: int, done: int) -> None:  # what the driver publishes
+        counts = {"pending": pending, "running": running, "done": done, "failed": 0}
+        kube.patch(
+            "TrainJob", ns, "quickstart", {"status": {"validations": counts}}, subresource="status"
+        )
+
+    demand(3, 0, 0)
+    wait_for("2 validation pods (maxConcurrent)", lambda: len(by_role(kube, ns, "validation")) == 2)
+    vals = by_role(kube, ns, "validation")
+    uids = {n: pods(kube, ns)[n]["metadata"]["uid"] for n in vals}
+    # val-0's validation finished first; val-1's still runs: the pool must not shrink.
+    demand(0, 1, 1)
+    deadline = time.monotonic() + 5  # longer than idleSeconds, several timer ticks
+    while time.monotonic() < deadline:
+        current = pods(kube, ns)
+        assert {n: current[n]["metadata"]["uid"] for n in vals if n in current} == uids
+        time.sleep(0.5)
+    assert job_status(kube, ns)["validationPool"] == {"replicas": 2}
+    demand(0, 0, 2)
+    wait_for("pool back to minReplicas=0", lambda: by_role(kube, ns, "validation") == [])
+    wait_for(
+        "status.validationPool.replicas 0",
+        lambda: job_status(kube, ns)["validationPool"] == {"replicas": 0},
+    )
+
+
+# --------------------------------------------------------------------------- invalid children
+
+
+def test_child_rejected_by_the_api_server_fails_the_job_once(
+    kube: KubeClient, operator: RunningOperator
+) -> None:
+    ns = operator.namespace
+    # Free-form for the models and renderers; the API server rejects it (value with Exists).
+    bad = {"tolerations": [{"key": "example.test/x", "operator": "Exists", "value": "b"}]}
+    make_job(kube, ns, podTemplate=bad)
+    status = wait_phase(kube, ns, "Failed")
+    failed = failed_condition(status)
+    assert failed["reason"] == "InvalidChild"
+    assert "spec.tolerations[0].operator" in failed["message"]
+    assert "must be empty" in status["message"]
+    time.sleep(3)  # several timer ticks: no new Event, phase stays Failed
+    assert len(events(kube, ns, "InvalidChild")) == 1
+    assert job_status(kube, ns)["phase"] == "Failed"
+    assert pods(kube, ns) == {}
+
+
+# --------------------------------------------------------------------------- failures
+
+
+def test_head_pod_loss_restarts_the_whole_cluster(
+    kube: KubeClient, operator: RunningOperator
+) -> None:
+    ns = operator.namespace
+    make_job(kube, ns, failure={"maxRestarts": 1})
+    wait_for("4 pods", lambda: len(pods(kube, ns)) == 4)
+    make_all_ready(kube, ns)
+    wait_phase(kube, ns, "Running")
+    kube.delete("Pod", ns, by_role(kube, ns, "head")[0])
+    status = wait_for("restart 1", lambda: (s := job_status(kube, ns)).get("restarts") == 1 and s)
+    restarting = {c["type"]: c for c in status["conditions"]}["Restarting"]
+    assert restarting["reason"] == "HeadOrDriverLost"
+    wait_for(
+        "attempt-1 cluster",
+        lambda: (
+            len(p := pods(kube, ns)) == 4
+            and all(x["metadata"]["labels"]["trainjob.dev/attempt"] == "1" for x in p.values())
+        ),
+    )
+
+
+def test_max_restarts_exhausted_fails_with_the_reason_and_termination(
+    kube: KubeClient, operator: RunningOperator
+) -> None:
+    ns = operator.namespace
+    make_job(kube, ns, failure={"maxRestarts": 0})
+    wait_for("4 pods", lambda: len(pods(kube, ns)) == 4)
+    make_all_ready(kube, ns)
+    wait_phase(kube, ns, "Running")
+    driver = by_role(kube, ns, "driver")[0]
+    set_terminated(kube, ns, driver, "driver", 137, "OOMKilled", "")
+    status = wait_phase(kube, ns, "Failed")
+    failed = failed_condition(status)
+    assert failed["reason"] == "DriverFailed"
+    assert "maxRestarts=0 exhausted" in failed["message"]
+    assert "OOMKilled, exit code 137" in failed["message"]
+    assert status["restarts"] == 0
+    wait_for("DriverFailed event", lambda: events(kube, ns, "DriverFailed"))
+    assert "OOMKilled" in events(kube, ns, "DriverFailed")[0]["message"]
+
+
+def test_driver_invalid_input_fails_at_once(kube: KubeClient, operator: RunningOperator) -> None:
+    ns = operator.namespace
+    make_job(kube, ns, failure={"maxRestarts": 3})
+    wait_for("4 pods", lambda: len(pods(kube, ns)) == 4)
+    driver = by_role(kube, ns, "driver")[0]
+    set_terminated(kube, ns, driver, "driver", 2, "Error", "invalid TrainJob: spec.config.lr")
+    status = wait_phase(kube, ns, "Failed")
+    assert failed_condition(status)["reason"] == "InvalidInput"
+    assert "invalid TrainJob: spec.config.lr" in status["message"]
+    assert status["restarts"] == 0
+    wait_for("cluster pods deleted, driver kept", lambda: list(pods(kube, ns)) == [driver])
+
+
+def test_active_deadline_fails_a_starting_job_and_deletes_its_pods(
+    kube: KubeClient, operator: RunningOperator
+) -> None:
+    ns = operator.namespace
+    make_job(kube, ns, failure={"activeDeadlineSeconds": 2}, keepDriverPod="Never")
+    wait_for("4 pods", lambda: len(pods(kube, ns)) == 4)
+    started = job_status(kube, ns)
+    assert started["phase"] == "Starting" and started["startTime"]  # set with the pods
+    status = wait_phase(kube, ns, "Failed", timeout=30)
+    assert failed_condition(status)["reason"] == "DeadlineExceeded"
+    wait_for("every pod deleted (keepDriverPod: Never)", lambda: pods(kube, ns) == {})
+
+
+def test_keep_driver_pod_on_failure_deletes_it_after_success(
+    kube: KubeClient, operator: RunningOperator
+) -> None:
+    ns = operator.namespace
+    make_job(kube, ns, keepDriverPod="OnFailure")
+    wait_for("4 pods", lambda: len(pods(kube, ns)) == 4)
+    set_pod_phase(kube, ns, by_role(kube, ns, "driver")[0], "Succeeded")
+    wait_phase(kube, ns, "Succeeded")
+    wait_for("every pod deleted, the driver too", lambda: pods(kube, ns) == {})
+
+
+def test_ttl_after_finished_deletes_the_trainjob(
+    kube: KubeClient, operator: RunningOperator
+) -> None:
+    ns = operator.namespace
+    make_job(kube, ns, ttlSecondsAfterFinished=1)
+    wait_for("4 pods", lambda: len(pods(kube, ns)) == 4)
+    set_pod_phase(kube, ns, by_role(kube, ns, "driver")[0], "Succeeded")
+    wait_phase(kube, ns, "Succeeded")
+    wait_for("TrainJob deleted", lambda: kube.get("TrainJob", ns, "quickstart") is None, timeout=15)
+    wait_for("TTLExpired event", lambda: events(kube, ns, "TTLExpired"))
+
+
+# --------------------------------------------------------------------------- metrics, restarts, 409
+
+
+def test_prometheus_endpoint_serves_reconciles_and_jobs(
+    kube: KubeClient, operator: RunningOperator
+) -> None:
+    import socket
+    import urllib.request
+
+    from trainjob_operator.operator_main import start_metrics_server
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = start_metrics_server(port, "127.0.0.1")
+    try:
+        make_job(kube, operator.namespace)
+        wait_phase(kube, operator.namespace, "Starting")
+
+        def scrape() -> str:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+                return str(resp.read().decode())
+
+        text = wait_for(
+            "jobs gauge with a Starting job",
+            lambda: (t := scrape()) and 'trainjob_jobs{phase="Starting"} 0.0' not in t and t,
+        )
+        assert 'trainjob_reconciles_total{trigger="create"}' in text
+        assert 'trainjob_jobs{phase="Starting"}' in text
+        assert "trainjob_reconcile_seconds_bucket" in text
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class FailingAfter(KubeClient):
+    """A client that loses the API server after ``creates`` child creates (Events excepted)."""
+
+    def __init__(self, config: KubeConfig, creates: int) -> None:
+        super().__init__(config, attempts=1)
+        self.left = creates
+
+    def create(self, obj: dict[str, Any], namespace: str) -> dict[str, Any] | None:
+        if obj["kind"] != "Event":
+            if self.left <= 0:
+                from trainjob_operator.kube import ApiError
+
+                raise ApiError(0, {"reason": "Unreachable", "message": "test: cut off"}, "POST")
+            self.left -= 1
+        return super().create(obj, namespace)
+
+
+def test_operator_restart_mid_reconcile_creates_no_duplicates(
+    envtest: EnvTest, crd: None, k8s_namespace: str, kube: KubeClient
+) -> None:
+    ns = k8s_namespace
+    config = KubeConfig(host=envtest.host, token=envtest.token, ca_file=str(envtest.ca_file))
+    # ServiceAccount, Role, RoleBinding, Service, head pod: then the connection "drops".
+    first = RunningOperator(envtest, ns, client=FailingAfter(config, creates=5))
+    first.start()
+    try:
+        make_job(kube, ns)
+        wait_for("the head pod only", lambda: by_role(kube, ns, "head"))
+        time.sleep(2)  # kopf retries the failing reconcile; nothing more gets created
+        assert list(pods(kube, ns)) == by_role(kube, ns, "head")
+    finally:
+        first.stop()
+    head_uid = next(iter(pods(kube, ns).values()))["metadata"]["uid"]
+
+    second = RunningOperator(envtest, ns)
+    second.start()
+    try:
+        wait_for("4 pods", lambda: len(pods(kube, ns)) == 4)
+        time.sleep(3)  # resume + several timer ticks
+        found = kube.list("Pod", ns, "trainjob.dev/name=quickstart")
+        names = sorted(p["metadata"]["name"] for p in found)
+        assert len(names) == len(set(names)) == 4
+        assert sorted(map(role, found)) == ["driver", "head", "worker", "worker"]
+        assert pods(kube, ns)[by_role(kube, ns, "head")[0]]["metadata"]["uid"] == head_uid
+        for kind in ("Service", "ServiceAccount", "Role", "RoleBinding"):
+            assert len(kube.list(kind, ns, "trainjob.dev/name=quickstart")) == 1, kind
+    finally:
+        remove_trainjobs(envtest, ns)
+        second.stop()
+
+
+def test_existing_child_on_create_is_success(kube: KubeClient, operator: RunningOperator) -> None:
+    ns = operator.namespace
+    # Created before the operator saw the job, without the job's labels: the operator's list
+    # does not see it, its create answers 409 AlreadyExists, and that is success.
+    account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": "quickstart-driver", "namespace": ns},
+    }
+    assert kube.create(account, ns) is not None
+    from trainjob_operator.operator_main import ERRORS
+
+    before = sum(ERRORS.labels(t)._value.get() for t in ("create", "timer", "pod", "resume"))
+    make_job(kube, ns)
+    wait_for("4 pods", lambda: len(pods(kube, ns)) == 4)
+    wait_phase(kube, ns, "Starting")
+    time.sleep(2)  # timer ticks: each create of the account answers 409
+    after = sum(ERRORS.labels(t)._value.get() for t in ("create", "timer", "pod", "resume"))
+    assert after == before
+    assert job_status(kube, ns)["phase"] == "Starting"

@@ -11,6 +11,10 @@ import pytest
 from trainjob_operator.api.models import TrainJob, parse_trainjob
 from trainjob_operator.reconcile.plan import (
     LAST_DEMAND_ANNOTATION,
+    TERMINATION_MESSAGE_LIMIT,
+    Plan,
+    container_termination,
+    keep_driver_pod,
     plan_reconcile,
     validation_replicas,
 )
@@ -186,8 +190,13 @@ def test_deadlines() -> None:
     )
 
 
+def _validation_job(**pool: Any) -> TrainJob:
+    settings = {"minReplicas": 0, "maxReplicas": 3, "idleSeconds": 60, **pool}
+    return _job(validation={"entrypoint": "pkg.mod:validate", "maxConcurrent": 3, "pool": settings})
+
+
 def test_validation_pool_follows_demand_then_idles_back_to_min() -> None:
-    job = _job()
+    job = _validation_job()
     busy = {"validations": {"pending": 5, "running": 1}}
     replicas, stamp = validation_replicas(job, busy, {}, NOW)
     assert replicas == 3 and stamp == "2026-12-01T12:00:00Z"  # capped at maxReplicas
@@ -226,3 +235,259 @@ def test_changed_pod_spec_replaces_the_pod() -> None:
         _job(), {"phase": "Running"}, observed, _with_hash(_desired(), "old"), NOW
     )
     assert same.delete == []
+
+
+# --------------------------------------------------------------------------- validation pool
+
+
+def _demand(pending: int, running: int, replicas: int) -> dict[str, Any]:
+    return {
+        "validations": {"pending": pending, "running": running},
+        "validationPool": {"replicas": replicas},
+    }
+
+
+def test_validation_pool_scales_up_at_once_capped_by_max_concurrent() -> None:
+    job = _job(
+        validation={
+            "entrypoint": "pkg.mod:validate",
+            "maxConcurrent": 2,
+            "pool": {"minReplicas": 0, "maxReplicas": 5},
+        }
+    )
+    assert validation_replicas(job, _demand(1, 0, 0), {}, NOW)[0] == 1
+    assert validation_replicas(job, _demand(4, 0, 1), {}, NOW)[0] == 2  # maxConcurrent
+    assert validation_replicas(job, _demand(0, 7, 2), {}, NOW)[0] == 2
+
+
+def test_validation_pool_never_shrinks_while_a_validation_is_pending_or_running() -> None:
+    job = _validation_job()
+    # val-0 and val-1 each ran a validation; val-0's finished first: the pool holds at 2,
+    # so val-1 (the highest number, the one a scale-down deletes) keeps running its validation.
+    replicas, stamp = validation_replicas(job, _demand(0, 1, 2), {}, NOW)
+    assert replicas == 2 and stamp == "2026-12-01T12:00:00Z"
+    replicas, _ = validation_replicas(job, _demand(1, 0, 2), {}, NOW)
+    assert replicas == 2
+    later = NOW + dt.timedelta(hours=1)  # long-running: still held, idleSeconds is about idling
+    assert (
+        validation_replicas(job, _demand(0, 1, 2), {LAST_DEMAND_ANNOTATION: stamp}, later)[0] == 2
+    )
+    observed = [
+        *_running(),
+        _pod("tj-val-0", "validation", 0, "Running", True),
+        _pod("tj-val-1", "validation", 0, "Running", True),
+    ]
+    plan = plan_reconcile(
+        job, {"phase": "Running", **_demand(0, 1, 2)}, observed, _desired(validation=2), NOW
+    )
+    assert plan.delete == [] and plan.status["validationPool"] == {"replicas": 2}
+
+
+def test_validation_pool_goes_to_min_replicas_after_idle_seconds_without_demand() -> None:
+    job = _validation_job(minReplicas=1, idleSeconds=30)
+    stamp = validation_replicas(job, _demand(0, 2, 3), {}, NOW)[1]
+    assert stamp is not None
+    idle = {LAST_DEMAND_ANNOTATION: stamp}
+    assert validation_replicas(job, _demand(0, 0, 3), idle, NOW + dt.timedelta(seconds=29)) == (
+        3,
+        stamp,
+    )
+    assert validation_replicas(job, _demand(0, 0, 3), idle, NOW + dt.timedelta(seconds=31)) == (
+        1,
+        stamp,
+    )
+    assert validation_replicas(job, {}, {}, NOW)[0] == 1  # never below minReplicas
+
+
+def test_validation_pool_respects_a_lowered_max_replicas() -> None:
+    job = _validation_job(maxReplicas=1)
+    assert validation_replicas(job, _demand(0, 2, 3), {}, NOW)[0] == 1
+    assert validation_replicas(job, _demand(0, 0, 3), {}, NOW)[0] == 0
+    assert validation_replicas(_job(validation=None), _demand(3, 0, 0), {}, NOW) == (0, None)
+
+
+# --------------------------------------------------------------------------- startTime, deadlines
+
+
+def test_start_time_is_set_when_pods_are_created_and_the_deadline_counts_in_starting() -> None:
+    job = _job(failure={"activeDeadlineSeconds": 60})
+    first = plan_reconcile(job, {}, [], _desired(), NOW - dt.timedelta(seconds=61))
+    assert first.status["phase"] == "Starting"
+    assert first.status["startTime"] == "2026-12-01T11:58:59Z"
+    still = plan_reconcile(
+        job, copy.deepcopy(first.status), _desired(), _desired(), NOW - dt.timedelta(seconds=5)
+    )
+    assert still.status["phase"] == "Starting"
+    stuck = plan_reconcile(job, copy.deepcopy(still.status), _desired(), _desired(), NOW)
+    assert stuck.status["phase"] == "Failed"
+    failed = next(c for c in stuck.status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "DeadlineExceeded"
+    assert sorted(n for _, n in stuck.delete) == ["tj-head", "tj-w0", "tj-w1"]  # driver kept
+
+
+def test_start_time_survives_restarts_and_running() -> None:
+    status = {"phase": "Starting", "startTime": "2026-12-01T11:00:00Z"}
+    running = plan_reconcile(_job(), status, _running(), _desired(), NOW)
+    assert running.status["phase"] == "Running"
+    assert running.status["startTime"] == "2026-12-01T11:00:00Z"
+    observed = _running()
+    observed[-1]["status"]["phase"] = "Failed"
+    restart = plan_reconcile(
+        _job(failure={"maxRestarts": 1}), running.status, observed, _desired(), NOW
+    )
+    assert restart.status["phase"] == "Restarting"
+    assert restart.status["startTime"] == "2026-12-01T11:00:00Z"
+
+
+def test_suspended_time_does_not_count_towards_the_deadline() -> None:
+    job = _job(failure={"activeDeadlineSeconds": 60})
+    status = {"phase": "Running", "startTime": "2026-12-01T11:59:30Z"}
+    suspended = plan_reconcile(
+        _job(suspend=True, failure={"activeDeadlineSeconds": 60}), status, _running(), [], NOW
+    )
+    assert suspended.status["startTime"] is None  # merge patch: removed
+    resumed_at = NOW + dt.timedelta(hours=2)
+    resumed = plan_reconcile(job, copy.deepcopy(suspended.status), [], _desired(), resumed_at)
+    assert resumed.status["phase"] == "Starting"
+    assert resumed.status["startTime"] == "2026-12-01T14:00:00Z"
+    soon = resumed_at + dt.timedelta(seconds=30)
+    later = plan_reconcile(job, copy.deepcopy(resumed.status), _running(), _desired(), soon)
+    assert later.status["phase"] == "Running"
+
+
+def test_startup_deadline_counts_from_start_time_until_running() -> None:
+    job = _job(failure={"startupDeadlineSeconds": 30})
+    status = {"phase": "Starting", "startTime": "2026-12-01T11:59:00Z"}
+    stuck = plan_reconcile(job, status, _desired(), _desired(), NOW)
+    assert stuck.status["phase"] == "Failed"
+    was_running = {
+        "phase": "Starting",
+        "startTime": "2026-12-01T11:00:00Z",
+        "conditions": [
+            {
+                "type": "Running",
+                "status": "True",
+                "reason": "ClusterReady",
+                "message": "",
+                "lastTransitionTime": "2026-12-01T11:00:30Z",
+            }
+        ],
+    }
+    assert plan_reconcile(job, was_running, _desired(), _desired(), NOW).status["phase"] == (
+        "Starting"
+    )
+
+
+# --------------------------------------------------------------------------- driver exit status
+
+
+def _terminated(
+    pod: dict[str, Any], exit_code: int, reason: str, message: str, container: str = "driver"
+) -> dict[str, Any]:
+    pod["status"]["phase"] = "Failed"
+    pod["status"]["containerStatuses"] = [
+        {
+            "name": container,
+            "state": {"terminated": {"exitCode": exit_code, "reason": reason, "message": message}},
+        }
+    ]
+    return pod
+
+
+def test_driver_exit_code_2_fails_at_once_with_its_message() -> None:
+    job = _job(failure={"maxRestarts": 3})
+    observed = _running()
+    _terminated(observed[-1], 2, "Error", "invalid TrainJob: spec.config.lr: must be > 0")
+    plan = plan_reconcile(job, {"phase": "Running", "restarts": 0}, observed, _desired(), NOW)
+    assert plan.status["phase"] == "Failed" and plan.status["restarts"] == 0
+    failed = next(c for c in plan.status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "InvalidInput"
+    assert "spec.config.lr: must be > 0" in failed["message"]
+    assert "exit code 2" in failed["message"]
+    assert [e.reason for e in plan.events] == ["Created", "InvalidInput"]
+    assert "spec.config.lr" in plan.events[-1].message
+
+
+def test_other_driver_failures_restart_with_the_container_termination() -> None:
+    job = _job(failure={"maxRestarts": 1})
+    observed = _running()
+    _terminated(observed[-1], 137, "OOMKilled", "")
+    plan = plan_reconcile(job, {"phase": "Running", "restarts": 0}, observed, _desired(), NOW)
+    assert plan.status["phase"] == "Restarting" and plan.status["restarts"] == 1
+    restarting = next(c for c in plan.status["conditions"] if c["type"] == "Restarting")
+    assert "OOMKilled, exit code 137" in restarting["message"]
+    assert any("OOMKilled" in e.message for e in plan.events if e.reason == "DriverFailed")
+
+    tail = "x" * 5000 + "ZeroDivisionError: division by zero"
+    observed = _running(attempt=1)
+    _terminated(observed[-1], 1, "Error", tail)
+    exhausted = plan_reconcile(job, {"phase": "Running", "restarts": 1}, observed, _desired(1), NOW)
+    assert exhausted.status["phase"] == "Failed"
+    message = exhausted.status["message"]
+    assert "ZeroDivisionError: division by zero" in message  # the log tail is kept
+    assert "maxRestarts=1 exhausted" in message
+    assert len(message) < TERMINATION_MESSAGE_LIMIT + 300
+
+
+def test_container_termination_reads_state_or_last_state() -> None:
+    pod = _pod("p", "head")
+    assert container_termination(pod) is None
+    pod["status"]["containerStatuses"] = [
+        {"name": "ray-head", "state": {"running": {}}},
+        {"name": "sidecar", "lastState": {"terminated": {"exitCode": 143}}},
+    ]
+    term = container_termination(pod)
+    assert term is not None and term.container == "sidecar" and term.exit_code == 143
+    assert term.describe() == "container 'sidecar' exit code 143"
+    assert container_termination(pod, "ray-head") is None
+
+
+def test_head_and_worker_failures_carry_the_container_termination() -> None:
+    observed = _running()
+    _terminated(observed[0], 137, "OOMKilled", "", container="ray-head")
+    plan = plan_reconcile(
+        _job(failure={"maxRestarts": 1}), {"phase": "Running"}, observed, _desired(), NOW
+    )
+    assert plan.status["phase"] == "Restarting"
+    assert "OOMKilled" in plan.status["message"]
+    observed = _running()
+    _terminated(observed[1], 1, "Error", "Traceback ... RuntimeError: boom", container="ray-worker")
+    plan = plan_reconcile(_job(), {"phase": "Running"}, observed, _desired(), NOW)
+    lost = next(e for e in plan.events if e.reason == "WorkerPodLost")
+    assert "RuntimeError: boom" in lost.message
+
+
+# --------------------------------------------------------------------------- keepDriverPod
+
+
+@pytest.mark.parametrize(
+    ("policy", "phase", "keep"),
+    [
+        ("Always", "Succeeded", True),
+        ("Always", "Failed", True),
+        ("OnFailure", "Succeeded", False),
+        ("OnFailure", "Failed", True),
+        ("Never", "Succeeded", False),
+        ("Never", "Failed", False),
+    ],
+)
+def test_keep_driver_pod_policy(policy: str, phase: str, keep: bool) -> None:
+    assert keep_driver_pod(policy, phase) is keep
+    job = _job(keepDriverPod=policy)
+    observed = _running()
+    if phase == "Succeeded":
+        observed[-1]["status"]["phase"] = "Succeeded"
+        plan: Plan = plan_reconcile(job, {"phase": "Running"}, observed, _desired(), NOW)
+    else:
+        _terminated(observed[-1], 2, "Error", "bad input")
+        plan = plan_reconcile(job, {"phase": "Running"}, observed, _desired(), NOW)
+    assert plan.status["phase"] == phase
+    deleted = {n for _, n in plan.delete}
+    assert ("tj-driver" not in deleted) is keep
+    # Later reconciles of the finished job agree.
+    again = plan_reconcile(job, plan.status, observed, [], NOW)
+    assert ("tj-driver" not in {n for _, n in again.delete}) is keep
+
+
+def test_keep_driver_pod_defaults_to_always() -> None:
+    assert _job().spec.keep_driver_pod == "Always"

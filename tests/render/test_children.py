@@ -175,6 +175,9 @@ def test_every_pod_is_secure_and_common(case: str) -> None:
         assert labels(pod)["trainjob.dev/attempt"] == "2"
         assert spec["securityContext"] == POD_SECURITY
         assert main["securityContext"] == CONTAINER_SECURITY
+        # Every container: a failure's log tail becomes the termination message in pod status.
+        for c in spec["containers"] + spec.get("initContainers", []):
+            assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
         assert spec["restartPolicy"] == "Never"
         assert spec["enableServiceLinks"] is False
         assert spec["hostname"] == pod["metadata"]["name"]

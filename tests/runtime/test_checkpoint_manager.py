@@ -16,6 +16,7 @@ from trainer_runtime.checkpoint_manager import (
 from trainer_runtime.config import CheckpointConfig
 from trainer_runtime.errors import UserConfigError
 from trainer_runtime.storage import get_storage, join_uri
+from trainer_runtime.storage.local import LocalStorage
 
 
 def _commit(manager: CheckpointManager, round_index: int, **metrics: float) -> CheckpointRecord:
@@ -135,3 +136,56 @@ def test_manifest_is_json_with_latest_and_best(tmp_path: Path) -> None:
     assert data["latest"] == "checkpoint_000001"
     assert data["best"] == "checkpoint_000000"
     assert [c["name"] for c in data["checkpoints"]] == ["checkpoint_000000", "checkpoint_000001"]
+
+
+def test_restore_deletes_uncommitted_folders_only_when_asked(storage_path: str) -> None:
+    m = _manager(storage_path)
+    _commit(m, 0, loss=1.0)
+    storage = m.storage
+    # An interrupted upload (no marker), an interrupted deletion (a tombstone), and a folder
+    # holding a marker copied from another checkpoint: none of them is committed.
+    storage.write_bytes(join_uri(m.run_path, "checkpoint_000001", "w"), b"partial")
+    m.delete_checkpoint(join_uri(m.run_path, "checkpoint_000002"))
+    storage.write_bytes(join_uri(m.run_path, "checkpoint_000002", "w"), b"left over")
+    copied = join_uri(m.run_path, "checkpoint_000003")
+    storage.write_bytes(join_uri(copied, "w"), b"copy")
+    marker_of_0 = storage.read_bytes(join_uri(m.run_path, "checkpoint_000000", COMMIT_MARKER))
+    storage.write_bytes(join_uri(copied, COMMIT_MARKER), marker_of_0)
+
+    reader = _manager(storage_path)
+    assert reader.restore() == []  # a reader (e.g. another torchrun rank) deletes nothing
+    assert [r.name for r in reader.records] == ["checkpoint_000000"]
+    assert len(storage.list_dirs(m.run_path)) == 4
+
+    driver = _manager(storage_path)
+    deleted = driver.restore(delete_uncommitted=True)
+    assert deleted == ["checkpoint_000001", "checkpoint_000002", "checkpoint_000003"]
+    assert [r.name for r in driver.records] == ["checkpoint_000000"]
+    assert storage.list_dirs(m.run_path) == ["checkpoint_000000"]
+    assert driver.next_round == 1  # the freed names are used again, now empty
+
+
+class CrashingDeleteStorage(LocalStorage):
+    """Real local storage whose deletions stop part-way, leaving the commit marker for last.
+
+    Like a driver killed while deleting an evicted checkpoint's files.
+    """
+
+    def delete_dir(self, uri: str) -> None:
+        for rel in self.list_files(uri):
+            if rel != COMMIT_MARKER:
+                (Path(uri) / rel).unlink()
+        raise OSError(f"killed while deleting {uri}")
+
+
+def test_an_interrupted_eviction_never_leaves_a_committed_partial_folder(tmp_path: Path) -> None:
+    run = str(tmp_path / "run")
+    crashing = CheckpointManager(run, CheckpointConfig(num_to_keep=1), CrashingDeleteStorage())
+    _commit(crashing, 0, loss=1.0)
+    with pytest.raises(OSError, match="killed while deleting"):
+        _commit(crashing, 1, loss=0.5)  # evicts checkpoint_000000, and "dies" doing it
+    assert (tmp_path / "run" / "checkpoint_000000" / COMMIT_MARKER).exists()  # a tombstone
+
+    again = CheckpointManager(run, CheckpointConfig(num_to_keep=1), LocalStorage())
+    assert again.restore(delete_uncommitted=True) == ["checkpoint_000000"]
+    assert [r.name for r in again.records] == ["checkpoint_000001"]

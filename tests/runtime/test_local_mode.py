@@ -14,7 +14,7 @@ import torch
 
 import trainer_runtime as tr
 from tests.gcs import GCSEmulator
-from tests.runtime.workloads import counting_train, read_log
+from tests.runtime.workloads import bad_report_train, counting_train, read_log
 from trainer_runtime import (
     Checkpoint,
     CheckpointConfig,
@@ -26,7 +26,8 @@ from trainer_runtime import (
     ScalingConfig,
     TrainingFailedError,
 )
-from trainer_runtime.checkpoint_manager import MANIFEST_FILE
+from trainer_runtime.checkpoint import COMMIT_MARKER
+from trainer_runtime.checkpoint_manager import MANIFEST_FILE, CheckpointManager
 from trainer_runtime.storage import get_storage, join_uri
 from trainer_runtime.storage.factory import reset_storage_cache
 
@@ -165,6 +166,20 @@ def test_bad_report_arguments_fail_the_run_with_a_clear_error(
         _fit(_reporting(call), {}, str(tmp_path))
 
 
+def test_bad_report_input_fails_at_once_whatever_max_failures(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    with pytest.raises(TrainingFailedError, match=r"metrics\['loss'\] is a torch.Tensor") as info:
+        _fit(
+            bad_report_train,
+            {"log": str(log)},
+            str(tmp_path / "s"),
+            failure_config=FailureConfig(max_failures=3),
+        )
+    assert [e["attempt"] for e in read_log(log)] == [0]  # ran once: no restart
+    assert info.value.result is not None and info.value.result.restarts == 0
+    assert "max_failures" not in str(info.value).splitlines()[0]
+
+
 def test_uneven_report_counts_are_caught_at_the_end(tmp_path: Path) -> None:
     # A single process always "agrees with itself"; the check matters for multi-worker runs
     # and is covered there. Here: report() outside a run is a clear error.
@@ -187,6 +202,95 @@ def test_missing_score_attribute_fails_at_once_with_the_metrics_seen(tmp_path: P
             checkpoint_config=CheckpointConfig(checkpoint_score_attribute="val_acc"),
             failure_config=FailureConfig(max_failures=3),
         )
+
+
+def test_a_checkpoint_without_its_score_is_never_marked_committed(tmp_path: Path) -> None:
+    with pytest.raises(TrainingFailedError, match="val_acc"):
+        _fit(
+            counting_train,
+            {"steps": 2},
+            str(tmp_path),
+            checkpoint_config=CheckpointConfig(checkpoint_score_attribute="val_acc"),
+        )
+    run = tmp_path / "run"
+    assert not list(run.glob(f"*/{COMMIT_MARKER}"))
+    manager = CheckpointManager(str(run), CheckpointConfig(), get_storage(str(run)))
+    manager.restore()
+    assert manager.records == []  # a new driver never resumes from it
+
+
+def test_a_new_driver_never_commits_files_left_by_an_interrupted_upload(
+    storage_path: str,
+) -> None:
+    _fit(counting_train, {"steps": 1}, storage_path)
+    run = join_uri(storage_path, "run")
+    storage = get_storage(run)
+    # A driver died while uploading the next checkpoint: files, no commit marker.
+    storage.write_bytes(join_uri(run, "checkpoint_000001", "stale.bin"), b"old")
+    result = _fit(counting_train, {"steps": 2}, storage_path)
+    assert result.checkpoint == Checkpoint(join_uri(run, "checkpoint_000001"))
+    assert storage.list_files(join_uri(run, "checkpoint_000001")) == [
+        COMMIT_MARKER,
+        "rank_0.json",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("mode", "delete", "kept"),
+    [("async", None, False), ("async", False, True), ("sync", None, True), ("sync", True, False)],
+)
+def test_local_folder_is_deleted_after_upload_by_default_only_for_async(
+    tmp_path: Path, mode: str, delete: bool | None, kept: bool
+) -> None:
+    folders: list[Path] = []
+
+    def train() -> None:
+        folder = Path(tempfile.mkdtemp(dir=tmp_path))
+        (folder / "w").write_text("x")
+        folders.append(folder)
+        tr.report(
+            {"step": 0},
+            checkpoint=Checkpoint.from_directory(folder),
+            checkpoint_upload_mode=mode,
+            delete_local_checkpoint_after_upload=delete,
+        )
+
+    result = _fit(train, {}, str(tmp_path / "s"))
+    assert folders[0].exists() is kept
+    assert result.checkpoint is not None
+    assert (Path(result.checkpoint.path) / "w").read_text() == "x"
+
+
+def test_an_async_upload_error_restarts_from_the_last_checkpoint(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+
+    def train() -> None:
+        ctx = tr.get_context()
+        start = 0
+        if (ckpt := tr.get_checkpoint()) is not None:
+            with ckpt.as_directory() as folder:
+                start = json.loads((Path(folder) / "state.json").read_text())["step"] + 1
+        with open(log, "a") as fh:
+            fh.write(json.dumps({"attempt": ctx.attempt, "start": start}) + "\n")
+        for step in range(start, 3):
+            if step == 1 and ctx.attempt == 0:
+                # Storage refuses this upload: a file stands where its folder goes.
+                Path(ctx.get_run_path(), "checkpoint_000001").write_text("not a folder")
+            scratch = Path(tempfile.mkdtemp(dir=tmp_path))
+            (scratch / "state.json").write_text(json.dumps({"step": step}))
+            tr.report(
+                {"step": step},
+                checkpoint=Checkpoint.from_directory(scratch),
+                checkpoint_upload_mode="async",
+            )
+
+    result = _fit(train, {}, str(tmp_path / "s"), failure_config=FailureConfig(max_failures=1))
+    assert read_log(log) == [{"attempt": 0, "start": 0}, {"attempt": 1, "start": 1}]
+    assert result.restarts == 1
+    assert result.metrics == {"step": 2}
+    assert result.checkpoint is not None
+    with result.checkpoint.as_directory() as folder:
+        assert json.loads((Path(folder) / "state.json").read_text()) == {"step": 2}
 
 
 def test_no_upload_mode_registers_a_checkpoint_written_in_place(tmp_path: Path) -> None:

@@ -82,6 +82,21 @@ def test_gcs_large_file_uses_chunked_upload(gcs_bucket: str, tmp_path: Path) -> 
     assert (tmp_path / "out" / "big.bin").read_bytes() == data
 
 
+def test_gcs_chunk_size_defaults_to_100_mib_and_follows_the_env(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("TRAINJOB_GCS_CHUNK_MIB", raising=False)
+    assert GCSStorage().chunk_size == 100 * 2**20
+    monkeypatch.setenv("TRAINJOB_GCS_CHUNK_MIB", "16")
+    assert GCSStorage().chunk_size == 16 * 2**20
+    monkeypatch.setenv("TRAINJOB_GCS_CHUNK_MIB", "0.3")  # rounded to a multiple of 256 KiB
+    assert GCSStorage().chunk_size == 256 * 1024
+    assert GCSStorage(chunk_size=1024 * 1024).chunk_size == 1024 * 1024
+    monkeypatch.setenv("TRAINJOB_GCS_CHUNK_MIB", "lots")
+    with pytest.raises(ValueError, match="TRAINJOB_GCS_CHUNK_MIB"):
+        GCSStorage()
+
+
 def test_gcs_missing_bucket_is_a_clear_error(gcs_emulator: object, tmp_path: Path) -> None:
     storage = GCSStorage(attempts=2)
     (tmp_path / "src").mkdir()

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from tests.runtime.workloads import (
+    bad_report_train,
     counting_train,
     ddp_train,
     mismatched_checkpoint_names,
@@ -155,6 +156,23 @@ def test_exhausted_max_failures_raises_with_the_cause(tmp_path: Path) -> None:
     assert "Traceback" in text  # the worker's traceback is kept
     assert info.value.result is not None and info.value.result.checkpoint is not None
     assert info.value.result.checkpoint.path.endswith("checkpoint_000001")
+
+
+def test_bad_report_input_fails_the_run_at_once(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    with pytest.raises(TrainingFailedError, match=r"metrics\['loss'\] is a torch.Tensor") as info:
+        TorchTrainer(
+            bad_report_train,
+            train_loop_config={"log": str(log)},
+            scaling_config=TWO,
+            run_config=RunConfig(
+                name="bad",
+                storage_path=str(tmp_path),
+                failure_config=FailureConfig(max_failures=3),
+            ),
+        ).fit()
+    assert sorted((e["attempt"], e["rank"]) for e in read_log(log)) == [(0, 0), (0, 1)]
+    assert info.value.result is not None and info.value.result.restarts == 0
 
 
 def test_uneven_report_counts_are_a_clear_error(tmp_path: Path) -> None:

@@ -15,6 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
 import trainer_runtime as tr
 from trainer_runtime import Checkpoint
 
@@ -163,7 +166,7 @@ def score_validation(checkpoint: Checkpoint, config: dict[str, Any]) -> dict[str
     start = time.time()
     if step in config.get("hang_on", []):
         time.sleep(600)
-    time.sleep(config.get("sleep", 0.0))
+    time.sleep(config.get("sleep_steps", {}).get(step, config.get("sleep", 0.0)))
     if step in config.get("fail_on", []):
         raise ValueError(f"validation data for step {step} is corrupt")
     if config.get("log"):
@@ -181,27 +184,67 @@ def score_validation(checkpoint: Checkpoint, config: dict[str, Any]) -> dict[str
                 )
                 + "\n"
             )
-    return {
-        "val_loss": float(abs(step - config.get("best_step", 0))),
-        "val_step": step,
-        "node_id": node_id,
-    }
+    val_loss = float(abs(step - config.get("best_step", 0)))
+    metrics = {"val_loss": val_loss, "val_step": step, "node_id": node_id}
+    if config.get("as_loss"):
+        metrics["loss"] = val_loss  # also a training metric's name: the validation's value wins
+    return metrics
+
+
+@ray.remote(num_cpus=0)
+def score_shard(path: str, shard: int, log: str) -> float:
+    """One shard of ``fanout_validation``; logs the node it ran on."""
+    with open(log, "a") as fh:
+        node_id = ray.get_runtime_context().get_node_id()
+        fh.write(json.dumps({"shard": shard, "node_id": node_id}) + "\n")
+    step = json.loads((Path(path) / "rank_0.json").read_text())["step"]
+    return float(step + shard)
+
+
+def fanout_validation(checkpoint: Checkpoint, config: dict[str, Any]) -> dict[str, Any]:
+    """The README's fan-out pattern: shards with no Ray resources, pinned to this node."""
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    shard_task = score_shard.options(scheduling_strategy=here)
+    losses = ray.get(
+        [shard_task.remote(checkpoint.path, i, config["log"]) for i in range(config["shards"])]
+    )
+    return {"val_loss": sum(losses) / len(losses)}
+
+
+VALIDATE_FNS = {"score_validation": score_validation, "fanout_validation": fanout_validation}
 
 
 def validating_train(config: dict[str, Any]) -> None:
-    """Report a checkpoint every step with ``score_validation`` as its validate_fn."""
+    """Report a checkpoint every step, validated by ``config["validate_fn"]``.
+
+    The validate_fn (``score_validation`` by default) is passed to ``report()`` at the
+    steps in ``config["per_report_steps"]`` (default: every step); at the other steps
+    ``report()`` gets none, so the run-level ``ValidationConfig.validate_fn`` applies.
+    """
     rank = tr.get_context().get_world_rank()
+    validate_fn = VALIDATE_FNS[config.get("validate_fn", "score_validation")]
+    per_report = config.get("per_report_steps")
     for step in range(config["steps"]):
         folder = Path(tempfile.mkdtemp(prefix="ckpt_"))
         (folder / f"rank_{rank}.json").write_text(json.dumps({"step": step}))
+        own = per_report is None or step in per_report
         tr.report(
             {"step": step, "loss": 1.0 / (step + 1)},
             checkpoint=Checkpoint.from_directory(folder),
             checkpoint_upload_mode="async",
-            validate_fn=score_validation,
-            validate_config=config["validate"],
+            validate_fn=validate_fn if own else None,
+            validate_config=config.get("validate") if own else None,
         )
         time.sleep(config.get("sleep", 0.0))
+
+
+def bad_report_train(config: dict[str, Any]) -> None:
+    """Log that it ran, then call report() with a tensor metric (a ReportError)."""
+    import torch
+
+    ctx = tr.get_context()
+    _log(config, event="start", rank=ctx.get_world_rank(), attempt=ctx.attempt)
+    tr.report({"loss": torch.tensor(0.5)})
 
 
 def max_overlap(entries: list[dict[str, Any]]) -> int:

@@ -248,7 +248,8 @@ def render_crd() -> dict[str, Any]:
                 "plural": PLURAL,
                 "singular": KIND.lower(),
                 "shortNames": ["tj"],
-                "categories": ["all", "trainjob"],
+                # Not "all": the API conventions keep custom resources out of `kubectl get all`.
+                "categories": ["trainjob"],
             },
             "scope": "Namespaced",
             "versions": [

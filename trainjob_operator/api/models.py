@@ -2,9 +2,12 @@
 
 These models are the single source of truth: the CRD schema (:mod:`trainjob_operator.api.crd`),
 ``trainjob validate``, ``trainjob run`` and the operator all use them. Field names are snake_case
-in Python and camelCase in YAML/JSON (aliases; both are accepted on input, camelCase is written on
-output). Unknown fields are rejected everywhere except in the free-form fields (``spec.config``,
-``spec.podTemplate``, ``spec.validation.config``, tolerations, ``valueFrom`` and metrics).
+in Python and camelCase in YAML/JSON (aliases). Manifests are parsed by the camelCase names
+only (:func:`parse_trainjob`), as the API server does: its structural schema would silently drop
+a snake_case key, so ``trainjob validate``/``run`` reject one, naming the camelCase spelling.
+Python code may still construct the models by field name. Unknown fields are rejected
+everywhere except in the free-form fields (``spec.config``, ``spec.podTemplate``,
+``spec.validation.config``, tolerations, ``valueFrom`` and metrics).
 
 Besides the models this module provides the manifest loading helpers:
 
@@ -416,6 +419,19 @@ class ScalingConfig(ApiModel):
     )
     use_gpu: bool = Field(default=False, description="Give each worker a GPU (nvidia.com/gpu).")
     tpu: TpuConfig | None = Field(default=None, description="Run the workers on GKE TPU slices.")
+    placement_timeout_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Seconds the driver waits for the cluster to grant every worker's resources (with "
+            "tpu: to reserve every slice) each time the worker group starts, including restarts "
+            "after a worker failure. Past it the run fails at once, without retries (a "
+            "configuration error). Default 600; raise it when worker nodes are provisioned on "
+            "demand (GKE TPU node pools can take longer). Not failure.startupDeadlineSeconds: "
+            "that is the operator's deadline for the job to reach Running and does not cover "
+            "worker-group restarts later in the run."
+        ),
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ScalingConfig:
@@ -585,12 +601,21 @@ class FailureConfig(ApiModel):
         ),
     )
     active_deadline_seconds: int | None = Field(
-        default=None, ge=1, description="The job fails when it runs longer than this."
+        default=None,
+        ge=1,
+        description=(
+            "The job fails (reason DeadlineExceeded) when this many seconds have passed since "
+            "status.startTime, the time its pods were first created, whether it is Starting, "
+            "Running or Restarting (as for a Kubernetes Job). Suspended time does not count: "
+            "startTime is set again when a suspended job resumes."
+        ),
     )
     startup_deadline_seconds: int | None = Field(
         default=None,
         ge=1,
-        description="The job fails when it is not Running after this many seconds.",
+        description=(
+            "The job fails when it is not Running this many seconds after status.startTime."
+        ),
     )
 
 
@@ -651,6 +676,14 @@ class TrainJobSpec(ApiModel):
         default=None,
         ge=0,
         description="Delete the TrainJob this long after it succeeded or failed.",
+    )
+    keep_driver_pod: Literal["Always", "OnFailure", "Never"] = Field(
+        default="Always",
+        description=(
+            "Whether the finished job keeps its driver pod (and so its logs, kubectl logs) "
+            "when the rest of the cluster is deleted: Always, OnFailure (only when the job "
+            "failed) or Never. It is deleted with the TrainJob (ttlSecondsAfterFinished)."
+        ),
     )
     ray: RayConfig = Field(default_factory=RayConfig, description="The Ray cluster.")
 
@@ -763,7 +796,13 @@ class TrainJobStatus(ApiModel):
     observed_generation: int | None = Field(
         default=None, ge=0, description="metadata.generation the status was computed from."
     )
-    start_time: datetime | None = Field(default=None, description="When the job started running.")
+    start_time: datetime | None = Field(
+        default=None,
+        description=(
+            "When the job's pods were first created (cleared while suspended, set again on "
+            "resume); activeDeadlineSeconds counts from it."
+        ),
+    )
     completion_time: datetime | None = Field(default=None, description="When the job finished.")
     restarts: int = Field(default=0, ge=0, description="Whole-cluster restarts so far.")
     workers: WorkersStatus | None = Field(default=None, description="Worker pods.")
@@ -884,6 +923,12 @@ def _hint_for(err: Mapping[str, Any], parent: type[BaseModel] | None, key: str) 
     kind = err["type"]
     value = err.get("input")
     if kind == "extra_forbidden" and parent is not None:
+        camel = _camel_case_of(parent, key)
+        if camel is not None:
+            return (
+                f"did you mean {camel!r}? manifests use camelCase field names; the API server "
+                "silently drops snake_case ones"
+            )
         names = _field_names(parent)
         close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
         listed = "valid fields: " + ", ".join(names)
@@ -896,6 +941,14 @@ def _hint_for(err: Mapping[str, Any], parent: type[BaseModel] | None, key: str) 
         return f"use apiVersion: {API_VERSION}"
     if kind == "bool_parsing":
         return "use true or false"
+    return None
+
+
+def _camel_case_of(model: type[BaseModel], key: str) -> str | None:
+    """The camelCase name of the field whose Python (snake_case) name is ``key``, if any."""
+    info = model.model_fields.get(key)
+    if info is not None and info.alias and info.alias != key:
+        return info.alias
     return None
 
 
@@ -952,7 +1005,13 @@ def field_errors(
         ctx = err.get("ctx") or {}
         _, parent_tp = _walk_loc(root, loc[:-1])
         key = str(loc[-1]) if loc else ""
-        path, _ = _walk_loc(root, loc)
+        if err["type"] == "extra_forbidden" and loc:
+            # Name the unknown key as written (``num_workers``), not the field it resembles.
+            path, _ = _walk_loc(root, loc[:-1])
+            shown = key if _PLAIN_KEY_RE.match(key) else f'["{key}"]'
+            path += f".{shown}" if path and not shown.startswith("[") else shown
+        else:
+            path, _ = _walk_loc(root, loc)
         sub = ctx.get("field") if err["type"] == "trainjob" else None
         if sub:
             sep = "" if str(sub).startswith("[") or not path else "."
@@ -990,8 +1049,10 @@ def parse_trainjob(data: Mapping[str, Any]) -> TrainJob:
     """Validate one parsed TrainJob object (a YAML document or a Kubernetes API body).
 
     Unlike ``TrainJob.model_validate`` this also requires ``apiVersion`` and ``kind``, as
-    ``kubectl apply`` does, and accepts any ``Mapping`` (nested mappings included, e.g. a kopf
-    ``Body``).
+    ``kubectl apply`` does, accepts any ``Mapping`` (nested mappings included, e.g. a kopf
+    ``Body``), and accepts only the camelCase field names: a snake_case key such as
+    ``spec.scaling.num_workers`` is an unknown field whose hint names ``numWorkers`` (the API
+    server would prune it and use the default).
 
     Raises:
         ManifestError: with one :class:`FieldError` per problem.
@@ -1006,7 +1067,9 @@ def parse_trainjob(data: Mapping[str, Any]) -> TrainJob:
         if key not in data
     ]
     try:
-        job = TrainJob.model_validate(_plain(data))
+        # By alias only: the CRD (and so the API server) knows only the camelCase names and
+        # prunes any other key, so a snake_case key must be an error here too.
+        job = TrainJob.model_validate(_plain(data), by_alias=True, by_name=False)
     except ValidationError as exc:
         errors.extend(field_errors(exc, TrainJob))
     if errors:

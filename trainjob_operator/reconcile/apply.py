@@ -18,6 +18,7 @@ from trainjob_operator.reconcile.plan import (
     LAST_DEMAND_ANNOTATION,
     Event,
     Plan,
+    mark_failed,
     plan_reconcile,
     set_condition,
     validation_replicas,
@@ -39,6 +40,9 @@ OPERATOR_STATUS_KEYS = (
     "validationPool",
     "message",
 )
+
+#: Longest Event message posted (the API server keeps it; kubectl describe shows it).
+EVENT_MESSAGE_LIMIT = 2048
 
 #: (job, uid, attempt, validation replicas) -> desired child manifests.
 Renderer = Callable[[TrainJob, str, int, int], list[dict[str, Any]]]
@@ -72,7 +76,7 @@ def post_event(client: KubeClient, obj: dict[str, Any], event: Event, now: dt.da
             "uid": meta.get("uid"),
         },
         "reason": event.reason,
-        "message": event.message[:1000],
+        "message": event.message[:EVENT_MESSAGE_LIMIT],
         "type": event.type,
         "source": {"component": "trainjob-operator"},
         "firstTimestamp": stamp,
@@ -106,6 +110,22 @@ def _invalid(client: KubeClient, obj: dict[str, Any], message: str, now: dt.date
     return Plan(status=status)
 
 
+def invalid_child_message(manifest: dict[str, Any], body: dict[str, Any]) -> str:
+    """What the API server said about a child it rejected (422 Invalid), field by field.
+
+    ``body`` is the Status object of the answer: its ``details.causes`` name each field
+    (``spec.tolerations[0].value: Invalid value...``); ``message`` is the fallback.
+    """
+    what = f"{manifest.get('kind')} {manifest['metadata']['name']}"
+    causes = (body.get("details") or {}).get("causes") or []
+    errors = [
+        f"{c['field']}: {c.get('message', '')}" if c.get("field") else str(c.get("message", ""))
+        for c in causes
+    ]
+    detail = "; ".join(e for e in errors if e) or str(body.get("message") or "invalid")
+    return f"the API server rejected {what}: {detail}"
+
+
 def reconcile_trainjob(
     client: KubeClient, namespace: str, name: str, render: Renderer, now: dt.datetime | None = None
 ) -> Plan | None:
@@ -134,19 +154,15 @@ def reconcile_trainjob(
         client.delete(kind, namespace, child)
     for manifest in plan.create:
         try:
-            client.create(manifest, namespace)
+            client.create(manifest, namespace)  # 409 (already exists) is success
         except ApiError as exc:
-            if exc.status == 422:
-                plan.events.append(
-                    Event(
-                        "Warning",
-                        "InvalidChild",
-                        f"{manifest['kind']} {manifest['metadata']['name']}: "
-                        f"{exc.body.get('message', exc)}",
-                    )
-                )
-                continue
-            raise
+            if exc.status != 422:
+                raise
+            # Invalid: the same spec renders the same child, so no retry can succeed. Fail
+            # the job once (the next reconcile, phase Failed, deletes what was created).
+            message = invalid_child_message(manifest, exc.body)
+            mark_failed(plan, "InvalidChild", message, meta.get("generation"), now)
+            break
     if plan.delete_trainjob:
         client.delete("TrainJob", namespace, name)
     else:

@@ -28,6 +28,12 @@ SPEC_HASH_ANNOTATION = "trainjob.dev/spec-hash"
 
 CONDITION_TYPES = ("Created", "Running", "Suspended", "Restarting", "Succeeded", "Failed")
 
+#: The driver's exit status for invalid input (its own validation of the TrainJob failed):
+#: no restart can fix it, so the job fails at once (``trainjob_operator.driver_main``).
+INVALID_INPUT_EXIT_CODE = 2
+#: How much of a container's termination message goes into conditions and Events.
+TERMINATION_MESSAGE_LIMIT = 1024
+
 
 @dataclass
 class Event:
@@ -97,6 +103,104 @@ def _name(obj: dict[str, Any]) -> str:
     return str(obj["metadata"]["name"])
 
 
+@dataclass(frozen=True)
+class Termination:
+    """How a pod's container ended (``status.containerStatuses[].state.terminated``)."""
+
+    container: str
+    exit_code: int | None
+    reason: str | None
+    message: str | None
+
+    def describe(self) -> str:
+        """``container 'driver' OOMKilled, exit code 137: <message tail>`` (message <= 1 KiB)."""
+        parts = [f"container {self.container!r}"]
+        if self.reason:
+            parts.append(f" {self.reason}")
+        if self.exit_code is not None:
+            parts.append(f"{',' if self.reason else ''} exit code {self.exit_code}")
+        text = "".join(parts)
+        message = (self.message or "").strip()
+        if message:
+            if len(message) > TERMINATION_MESSAGE_LIMIT:
+                message = "..." + message[-TERMINATION_MESSAGE_LIMIT:]  # the log tail matters
+            text += f": {message}"
+        return text
+
+
+def container_termination(pod: dict[str, Any], container: str | None = None) -> Termination | None:
+    """The terminated state of ``container`` (or of the first terminated container) of a pod.
+
+    Reads ``state.terminated`` (else ``lastState.terminated``) of
+    ``status.containerStatuses``: exit code, reason (e.g. ``OOMKilled``, ``Error``) and the
+    termination message (with ``terminationMessagePolicy: FallbackToLogsOnError``, the tail of
+    the container's log when it wrote no message). None when no such container terminated.
+    """
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    for status in statuses:
+        if container is not None and status.get("name") != container:
+            continue
+        terminated = (status.get("state") or {}).get("terminated") or (
+            status.get("lastState") or {}
+        ).get("terminated")
+        if not terminated:
+            continue
+        code = terminated.get("exitCode")
+        return Termination(
+            container=str(status.get("name") or ""),
+            exit_code=int(code) if code is not None else None,
+            reason=terminated.get("reason") or None,
+            message=terminated.get("message") or None,
+        )
+    return None
+
+
+def _pod_ended(pod: dict[str, Any], container: str | None = None) -> str:
+    """``pod <name> failed`` plus how its container ended, when the pod status says."""
+    text = f"pod {_name(pod)} {pod_phase(pod).lower()}"
+    term = container_termination(pod, container)
+    return f"{text} ({term.describe()})" if term is not None else text
+
+
+def keep_driver_pod(policy: str, phase: str) -> bool:
+    """Whether a finished job (``phase`` Succeeded or Failed) keeps its driver pod for its logs.
+
+    ``spec.keepDriverPod``: ``Always`` keeps it, ``OnFailure`` only when the job failed,
+    ``Never`` deletes it with the rest of the cluster.
+    """
+    if policy == "Always":
+        return True
+    if policy == "OnFailure":
+        return phase == "Failed"
+    return False
+
+
+def _condition_true(status: dict[str, Any], type_: str) -> bool:
+    return any(
+        c.get("type") == type_ and c.get("status") == "True" for c in status.get("conditions", [])
+    )
+
+
+def mark_failed(
+    plan: Plan, reason: str, message: str, generation: int | None, now: dt.datetime
+) -> Plan:
+    """Make ``plan`` a terminal failure: phase Failed, completionTime, conditions, one Event.
+
+    Only the status and events change; the next reconcile (phase Failed) tears the pods down
+    (keeping the driver per ``spec.keepDriverPod``). Used by the planner and by the apply layer
+    (a child the API server rejects).
+    """
+    status = plan.status
+    if status.get("phase") != "Failed":
+        plan.events.append(Event("Warning", reason, message))
+    status["phase"] = "Failed"
+    status["message"] = message
+    status["completionTime"] = _ts(now)
+    set_condition(status, "Failed", True, reason, message, generation, now)
+    set_condition(status, "Running", False, reason, message, generation, now)
+    return plan
+
+
 def set_condition(
     status: dict[str, Any],
     type_: str,
@@ -134,22 +238,37 @@ def validation_replicas(
 ) -> tuple[int, str | None]:
     """Validation pool size from the driver's demand, and the new last-demand timestamp.
 
-    ``pending + running`` validations, capped at ``maxReplicas``; after
-    ``idleSeconds`` without demand the pool returns to ``minReplicas``.
+    Demand is ``status.validations.pending + running`` (published by the driver). Rules:
+
+    - scale up at once to the demand, capped by ``pool.maxReplicas`` and by
+      ``validation.maxConcurrent`` (more pods than concurrent validations would sit idle);
+    - never scale down while any validation is pending or running: pods are numbered and a
+      scale-down deletes the highest numbers, which may be the ones still validating;
+    - after ``pool.idleSeconds`` without demand, go to ``pool.minReplicas``.
+
+    The pool never exceeds ``maxReplicas`` (a lowered ``maxReplicas`` applies at once) and is
+    never below ``minReplicas``. The timestamp is stored in the TrainJob's
+    ``trainjob.dev/validation-last-demand`` annotation by the caller.
     """
     validation = job.spec.validation
     if validation is None:
         return 0, None
     pool = validation.pool
     counts = status.get("validations") or {}
-    demand = int(counts.get("pending", 0)) + int(counts.get("running", 0))
-    current = int((status.get("validationPool") or {}).get("replicas", pool.min_replicas))
+    demand = int(counts.get("pending") or 0) + int(counts.get("running") or 0)
+    current = int((status.get("validationPool") or {}).get("replicas") or 0)
     last = _parse_ts(annotations.get(LAST_DEMAND_ANNOTATION))
+    wanted = min(pool.max_replicas, validation.max_concurrent, demand)
+
+    def bounded(replicas: int) -> int:
+        return min(pool.max_replicas, max(pool.min_replicas, replicas))
+
     if demand > 0:
-        return max(pool.min_replicas, min(pool.max_replicas, demand)), _ts(now)
+        return bounded(max(current, wanted)), _ts(now)
+    stamp = annotations.get(LAST_DEMAND_ANNOTATION)
     if last is not None and (now - last).total_seconds() < pool.idle_seconds:
-        return max(pool.min_replicas, current), annotations.get(LAST_DEMAND_ANNOTATION)
-    return pool.min_replicas, annotations.get(LAST_DEMAND_ANNOTATION)
+        return bounded(current), stamp
+    return bounded(pool.min_replicas), stamp
 
 
 def plan_reconcile(
@@ -177,6 +296,7 @@ def plan_reconcile(
     existing_keys = {(str(o.get("kind")), _name(o)) for o in observed}
 
     def delete_pods(keep_driver: bool) -> None:
+        """Delete the job's pods (those not already terminating), optionally not the driver."""
         for pod in pods:
             if keep_driver and _role(pod) == "driver":
                 continue
@@ -196,7 +316,7 @@ def plan_reconcile(
 
     # -- finished jobs: tear down, keep the driver's log pod, honour the TTL -----------------
     if phase in ("Succeeded", "Failed"):
-        delete_pods(keep_driver=True)
+        delete_pods(keep_driver=keep_driver_pod(spec.keep_driver_pod, phase))
         ttl = spec.ttl_seconds_after_finished
         done_at = _parse_ts(new.get("completionTime"))
         if ttl is not None and done_at is not None:
@@ -215,6 +335,10 @@ def plan_reconcile(
         set_condition(new, "Suspended", True, "Suspended", "spec.suspend is true", generation, now)
         set_condition(new, "Running", False, "Suspended", "suspended", generation, now)
         new["workers"] = {"ready": 0, "desired": 0}
+        if new.get("startTime"):
+            # Suspended time does not count towards activeDeadlineSeconds: startTime is set
+            # again when the resumed job's pods are created (Kubernetes Job semantics).
+            new["startTime"] = None
         return plan
     if phase == "Suspended":
         set_condition(new, "Suspended", False, "Resumed", "spec.suspend is false", generation, now)
@@ -234,11 +358,8 @@ def plan_reconcile(
         by_role.setdefault(_role(pod) or "", []).append(pod)
 
     def fail(reason: str, message: str) -> Plan:
-        transition("Failed", reason, message, "Warning")
-        new["completionTime"] = _ts(now)
-        set_condition(new, "Failed", True, reason, message, generation, now)
-        set_condition(new, "Running", False, reason, message, generation, now)
-        delete_pods(keep_driver=True)
+        mark_failed(plan, reason, message, generation, now)
+        delete_pods(keep_driver=keep_driver_pod(spec.keep_driver_pod, "Failed"))
         return plan
 
     def restart(reason: str, message: str) -> Plan:
@@ -263,17 +384,24 @@ def plan_reconcile(
                 new, "Succeeded", True, "DriverSucceeded", "training finished", generation, now
             )
             set_condition(new, "Running", False, "Succeeded", "training finished", generation, now)
-            delete_pods(keep_driver=True)
+            delete_pods(keep_driver=keep_driver_pod(spec.keep_driver_pod, "Succeeded"))
             return plan
         if pod_phase(driver) == "Failed":
-            return restart("DriverFailed", f"driver pod {_name(driver)} failed")
+            term = container_termination(driver, "driver")
+            if term is not None and term.exit_code == INVALID_INPUT_EXIT_CODE:
+                # The driver's own validation of the TrainJob failed: a restart runs the same
+                # input again, so fail at once with what the driver said.
+                return fail("InvalidInput", f"driver {_pod_ended(driver, 'driver')}")
+            return restart("DriverFailed", f"driver {_pod_ended(driver, 'driver')}")
     for head in by_role.get("head", []):
         if pod_phase(head) in ("Failed", "Succeeded"):
-            return restart("HeadFailed", f"Ray head pod {_name(head)} exited")
+            return restart("HeadFailed", f"Ray head {_pod_ended(head)}")
     if phase == "Running" and (not by_role.get("head") or not drivers):
         return restart("HeadOrDriverLost", "the Ray head or driver pod disappeared")
 
     # -- deadlines -----------------------------------------------------------------------------
+    # startTime: when this run's pods were first created (reset by suspend/resume), as for a
+    # Kubernetes Job; both deadlines count from it, so a job stuck in Starting hits them too.
     started = _parse_ts(new.get("startTime"))
     if (
         spec.failure.active_deadline_seconds is not None
@@ -284,18 +412,12 @@ def plan_reconcile(
             "DeadlineExceeded",
             f"activeDeadlineSeconds={spec.failure.active_deadline_seconds} exceeded",
         )
-    created = _parse_ts(
-        next(
-            (c["lastTransitionTime"] for c in new.get("conditions", []) if c["type"] == "Created"),
-            None,
-        )
-    )
     startup = spec.failure.startup_deadline_seconds
     if (
         startup is not None
-        and started is None
-        and created is not None
-        and (now - created).total_seconds() > startup
+        and started is not None
+        and not _condition_true(new, "Running")
+        and (now - started).total_seconds() > startup
     ):
         return fail(
             "StartupDeadlineExceeded", f"not Running within startupDeadlineSeconds={startup}"
@@ -310,11 +432,7 @@ def plan_reconcile(
         if _role(pod) in ("worker", "validation") and pod_phase(pod) in ("Failed", "Succeeded"):
             plan.delete.append(("Pod", _name(pod)))
             plan.events.append(
-                Event(
-                    "Warning",
-                    "WorkerPodLost",
-                    f"pod {_name(pod)} {pod_phase(pod).lower()}; recreating it",
-                )
+                Event("Warning", "WorkerPodLost", f"{_pod_ended(pod)}; recreating it")
             )
     desired_hash = {_name(d): _spec_hash(d) for d in desired if d.get("kind") == "Pod"}
     for pod in current:
@@ -337,6 +455,8 @@ def plan_reconcile(
             plan.create.append(obj)
         elif key[0] == "Pod" and key[1] in deleting:
             plan.requeue_after = 1.0  # recreated once the old pod is gone
+    if not new.get("startTime") and any(d.get("kind") == "Pod" for d in desired):
+        new["startTime"] = _ts(now)  # the pods of this run are created now
 
     # -- status ----------------------------------------------------------------------------
     desired_workers = sum(1 for d in desired if _role(d) == "worker")
@@ -353,8 +473,6 @@ def plan_reconcile(
         and pod_phase(drivers[0]) == "Running"
     )
     if cluster_ready:
-        if new.get("phase") != "Running":
-            new.setdefault("startTime", _ts(now))
         transition("Running", "Running", f"{ready_workers}/{desired_workers} workers ready")
         set_condition(
             new,

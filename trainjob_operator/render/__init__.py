@@ -18,7 +18,7 @@ references, security, pods, hashing), :mod:`.pod_template` (``spec.podTemplate``
 module per object kind; :mod:`.children` renders the whole set.
 """
 
-from trainjob_operator.render.children import render_children, render_for_reconcile
+from trainjob_operator.render.children import render_children, render_for_reconcile, renderer_for
 from trainjob_operator.render.common import (
     APP_LABEL,
     ATTEMPT_LABEL,
@@ -32,6 +32,7 @@ from trainjob_operator.render.common import (
     SPEC_HASH_ANNOTATION,
     RenderOptions,
     child_key,
+    render_options_from_env,
     spec_hash,
 )
 from trainjob_operator.render.driver import (
@@ -77,8 +78,10 @@ __all__ = [
     "render_for_reconcile",
     "render_head_pod",
     "render_headless_service",
+    "render_options_from_env",
     "render_validation_pods",
     "render_worker_pods",
+    "renderer_for",
     "spec_hash",
     "validate_pod_template",
 ]

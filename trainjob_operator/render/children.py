@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from trainjob_operator.api.models import TrainJob
@@ -16,7 +17,7 @@ from trainjob_operator.render.head import render_head_pod, render_headless_servi
 from trainjob_operator.render.validation_pool import render_validation_pods
 from trainjob_operator.render.workers import render_worker_pods
 
-__all__ = ["render_children", "render_for_reconcile"]
+__all__ = ["render_children", "render_for_reconcile", "renderer_for"]
 
 
 def render_children(
@@ -80,3 +81,23 @@ def render_for_reconcile(
     """:func:`render_children` with default options, in the positional form the reconciler's
     ``Renderer`` type uses: ``(job, uid, attempt, validation replicas) -> children``."""
     return render_children(job, uid=uid, attempt=attempt, validation_replicas=validation_replicas)
+
+
+def renderer_for(
+    options: RenderOptions,
+) -> Callable[[TrainJob, str, int, int], list[dict[str, Any]]]:
+    """:func:`render_for_reconcile` with ``options`` (e.g. :func:`render_options_from_env`):
+    the operator's renderer, ``(job, uid, attempt, validation replicas) -> children``."""
+
+    def render(
+        job: TrainJob, uid: str, attempt: int, validation_replicas: int
+    ) -> list[dict[str, Any]]:
+        return render_children(
+            job,
+            uid=uid,
+            attempt=attempt,
+            validation_replicas=validation_replicas,
+            options=options,
+        )
+
+    return render

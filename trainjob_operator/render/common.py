@@ -12,6 +12,7 @@ import copy
 import hashlib
 import json
 import math
+import os
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from trainjob_operator.api.models import API_VERSION, KIND, TrainJob
+from trainjob_operator.api.tpu import GKE_TPU_ACCELERATOR_LABEL, GKE_TPU_TOPOLOGY_LABEL
 from trainjob_operator.render.names import (
     GCS_PORT,
     check_dns_label,
@@ -32,7 +34,9 @@ __all__ = [
     "ATTEMPT_LABEL",
     "CLIENT_PORT",
     "DASHBOARD_PORT",
+    "DEFAULTS_ENV",
     "GCS_PORT",
+    "GKE_SPOT_LABEL",
     "KUEUE_POD_GROUP_NAME",
     "KUEUE_POD_GROUP_TOTAL_COUNT",
     "KUEUE_QUEUE_LABEL",
@@ -65,6 +69,7 @@ __all__ = [
     "ray_cpus",
     "ray_resources_arg",
     "ray_worker_command",
+    "render_options_from_env",
     "spec_hash",
     "wait_for_head_script",
 ]
@@ -100,6 +105,9 @@ SHM_VOLUME = "dshm"
 
 RUN_AS_USER = 1000
 
+GKE_SPOT_LABEL = "cloud.google.com/gke-spot"
+"""Node label of GKE spot VMs (value ``"true"``); set on validation pods by ``pool.spot``."""
+
 Role = Literal["head", "worker", "validation", "driver"]
 
 
@@ -112,6 +120,55 @@ def _default_head_resources() -> dict[str, str]:
 
 def _default_driver_resources() -> dict[str, str]:
     return {"cpu": "1", "memory": "2Gi"}
+
+
+_TOLERATION_KEYS = frozenset({"key", "operator", "value", "effect", "tolerationSeconds"})
+_OPERATOR_OWNED_SELECTORS: dict[str, dict[str, str]] = {
+    "tpu_node_selector": {
+        GKE_TPU_ACCELERATOR_LABEL: "derived from spec.scaling.tpu.acceleratorType",
+        GKE_TPU_TOPOLOGY_LABEL: "derived from spec.scaling.tpu.topology",
+    },
+    "validation_node_selector": {
+        GKE_SPOT_LABEL: "set per TrainJob by spec.validation.pool.spot",
+    },
+}
+
+
+def _check_node_selector(value: object, what: str) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise ValueError(
+            f"{what}: expected an object of label: value strings, got {type(value).__name__}"
+        )
+    for key, item in value.items():
+        if not isinstance(key, str) or not isinstance(item, str):
+            raise ValueError(
+                f"{what}[{key!r}]: node selector values must be strings, got {item!r} "
+                "(quote numbers and booleans)"
+            )
+    return dict(value)
+
+
+def _check_tolerations(value: object, what: str) -> list[dict[str, Any]]:
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise ValueError(f"{what}: expected a list of tolerations, got {type(value).__name__}")
+    out = []
+    for index, item in enumerate(value):
+        if not isinstance(item, Mapping):
+            raise ValueError(
+                f"{what}[{index}]: a toleration must be an object, got {type(item).__name__}"
+            )
+        unknown = sorted(set(item) - _TOLERATION_KEYS)
+        if unknown:
+            raise ValueError(
+                f"{what}[{index}]: unknown toleration field(s) {', '.join(unknown)}; valid: "
+                f"{', '.join(sorted(_TOLERATION_KEYS))}"
+            )
+        out.append(dict(item))
+    return out
+
+
+def _toleration_id(toleration: Mapping[str, Any]) -> tuple[Any, Any]:
+    return toleration.get("key"), toleration.get("effect")
 
 
 @dataclass(frozen=True)
@@ -127,6 +184,19 @@ class RenderOptions:
             i.e. validations one pod runs at a time. The reconciler sizes the pool from demand in
             validations, so the default of 1 keeps "one pod per validation".
         image_pull_policy: ``imagePullPolicy`` of every container.
+        tpu_node_selector: operator-wide default node selector of TPU worker pods (the chart's
+            ``defaults.tpu.nodeSelector``); ``spec.podTemplate.nodeSelector`` wins key by key.
+            The TPU accelerator and topology labels are the operator's and may not be set here.
+        tpu_tolerations: operator-wide default tolerations of TPU worker pods
+            (``defaults.tpu.tolerations``); one is left out when the TrainJob's podTemplate
+            has a toleration with the same ``key`` and ``effect``.
+        validation_node_selector: default node selector of validation pool pods
+            (``defaults.validationPool.nodeSelector``); ``spec.podTemplate.nodeSelector`` and
+            ``spec.validation.pool.nodeSelector`` win key by key. ``cloud.google.com/gke-spot``
+            may not be set here (``pool.spot`` decides it per TrainJob).
+        validation_tolerations: default tolerations of validation pool pods
+            (``defaults.validationPool.tolerations``); one is left out when the pool's or the
+            podTemplate's tolerations have one with the same ``key`` and ``effect``.
     """
 
     default_namespace: str = "default"
@@ -134,12 +204,83 @@ class RenderOptions:
     driver_resources: Mapping[str, int | str] = field(default_factory=_default_driver_resources)
     validation_slots: int = 1
     image_pull_policy: str = "IfNotPresent"
+    tpu_node_selector: Mapping[str, str] = field(default_factory=dict)
+    tpu_tolerations: Sequence[Mapping[str, Any]] = ()
+    validation_node_selector: Mapping[str, str] = field(default_factory=dict)
+    validation_tolerations: Sequence[Mapping[str, Any]] = ()
 
     def __post_init__(self) -> None:
         if self.validation_slots < 1:
             raise ValueError(
                 f"RenderOptions.validation_slots must be >= 1, got {self.validation_slots}"
             )
+        for attr in ("tpu_node_selector", "validation_node_selector"):
+            selector = _check_node_selector(getattr(self, attr), f"RenderOptions.{attr}")
+            for key, why in _OPERATOR_OWNED_SELECTORS[attr].items():
+                if key in selector:
+                    raise ValueError(
+                        f"RenderOptions.{attr}[{key!r}]: the operator sets this label ({why}); "
+                        "remove it from the defaults"
+                    )
+        for attr in ("tpu_tolerations", "validation_tolerations"):
+            _check_tolerations(getattr(self, attr), f"RenderOptions.{attr}")
+
+
+DEFAULTS_ENV: dict[str, tuple[str, str]] = {
+    "TRAINJOB_DEFAULT_TPU_NODE_SELECTOR": ("tpu_node_selector", "defaults.tpu.nodeSelector"),
+    "TRAINJOB_DEFAULT_TPU_TOLERATIONS": ("tpu_tolerations", "defaults.tpu.tolerations"),
+    "TRAINJOB_DEFAULT_VALIDATION_NODE_SELECTOR": (
+        "validation_node_selector",
+        "defaults.validationPool.nodeSelector",
+    ),
+    "TRAINJOB_DEFAULT_VALIDATION_TOLERATIONS": (
+        "validation_tolerations",
+        "defaults.validationPool.tolerations",
+    ),
+}
+"""Env var (JSON, set by the Helm chart) -> (:class:`RenderOptions` field, chart value)."""
+
+
+def render_options_from_env(environ: Mapping[str, str] | None = None) -> RenderOptions:
+    """:class:`RenderOptions` with the operator-wide pod defaults of :data:`DEFAULTS_ENV`.
+
+    The Helm chart renders ``defaults.tpu`` and ``defaults.validationPool`` into these env vars
+    as JSON (an object for node selectors, a list for tolerations). Unset or empty variables
+    keep the built-in defaults (none).
+
+    Args:
+        environ: the environment to read (default ``os.environ``).
+
+    Raises:
+        ValueError: naming the variable (and the chart value it comes from) when it is not
+            valid JSON, has the wrong shape, or sets a label the operator owns.
+    """
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for var, (attr, chart_value) in DEFAULTS_ENV.items():
+        text = env.get(var, "").strip()
+        if not text:
+            continue
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(
+                f"{var}: not valid JSON ({exc}); set it to a JSON "
+                f"{'list' if attr.endswith('tolerations') else 'object'}, e.g. through the "
+                f"chart value {chart_value}"
+            ) from None
+        if value is None:
+            continue
+        try:
+            if attr.endswith("tolerations"):
+                values[attr] = tuple(_check_tolerations(value, var))
+            else:
+                values[attr] = _check_node_selector(value, var)
+            RenderOptions(**{attr: values[attr]})  # the ownership checks
+        except ValueError as exc:
+            message = str(exc).replace(f"RenderOptions.{attr}", var)
+            raise ValueError(f"{message} (chart value {chart_value})") from None
+    return RenderOptions(**values)
 
 
 @dataclass(frozen=True)
@@ -396,7 +537,9 @@ def build_container(
     readiness_probe: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The main container: ``spec.image``, operator env then ``spec.env``, requests = limits,
-    ``/dev/shm`` plus the podTemplate mounts, restricted security context.
+    ``/dev/shm`` plus the podTemplate mounts, restricted security context, and
+    ``terminationMessagePolicy: FallbackToLogsOnError`` (the log tail of a failed container is
+    its termination message in the pod status).
 
     Raises:
         ValueError: when ``spec.env`` sets a variable the operator sets for this pod.
@@ -414,6 +557,9 @@ def build_container(
             *copy.deepcopy(ctx.overrides.volume_mounts),
         ],
         "securityContext": container_security_context(),
+        # A container that fails without writing /dev/termination-log gets the tail of its log
+        # as its termination message, so a failed driver's error shows in the pod status.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if ports:
         container["ports"] = [
@@ -464,16 +610,22 @@ def build_pod(
     node_selector: Mapping[str, str] | None = None,
     user_node_selector: Mapping[str, str] | None = None,
     tolerations: Sequence[Mapping[str, Any]] = (),
+    default_node_selector: Mapping[str, str] | None = None,
+    default_tolerations: Sequence[Mapping[str, Any]] = (),
     affinity: Mapping[str, Any] | None = None,
     service_account: str | None = None,
     gang: bool = False,
 ) -> dict[str, Any]:
     """A pod of the job with everything common applied and the podTemplate merged in.
 
-    Node selector: ``spec.podTemplate.nodeSelector``, overridden by ``user_node_selector`` (a
-    more specific user field, e.g. ``spec.validation.pool.nodeSelector``), then the operator's
-    ``node_selector`` (TPU, spot), which must not be contradicted. Tolerations: ``tolerations``
-    then the podTemplate's. Affinity: ``affinity`` merged with the podTemplate's.
+    Node selector: the operator-wide ``default_node_selector`` (:class:`RenderOptions`),
+    overridden key by key by ``spec.podTemplate.nodeSelector``, then by ``user_node_selector``
+    (a more specific user field, e.g. ``spec.validation.pool.nodeSelector``), then the
+    operator's ``node_selector`` (TPU, spot), which the TrainJob must not contradict (it
+    overrides a default). Tolerations: ``tolerations`` (the operator's and e.g. the pool's),
+    then each of ``default_tolerations`` whose ``key`` and ``effect`` no other toleration of
+    the pod has (the TrainJob's win), then the podTemplate's. Affinity: ``affinity`` merged
+    with the podTemplate's.
     ``gang`` adds the Kueue pod-group metadata
     (head and workers). Without ``service_account`` the pod runs as the namespace's default
     ServiceAccount with no API token mounted.
@@ -510,14 +662,22 @@ def build_pod(
         pod_spec["serviceAccountName"] = service_account
     else:
         pod_spec["automountServiceAccountToken"] = False
+    operator_selector = dict(node_selector or {})
+    defaults = {
+        k: v for k, v in (default_node_selector or {}).items() if k not in operator_selector
+    }
     selector = _merge_node_selector(
         {**overrides.node_selector, **(user_node_selector or {})},
-        node_selector or {},
+        operator_selector,
         "spec.podTemplate.nodeSelector",
     )
+    selector = {**defaults, **selector}
     if selector:
         pod_spec["nodeSelector"] = selector
-    all_tolerations = [dict(t) for t in tolerations] + copy.deepcopy(overrides.tolerations)
+    job_tolerations = [dict(t) for t in tolerations] + copy.deepcopy(overrides.tolerations)
+    taken = {_toleration_id(t) for t in job_tolerations}
+    extra = [dict(t) for t in default_tolerations if _toleration_id(t) not in taken]
+    all_tolerations = [dict(t) for t in tolerations] + extra + copy.deepcopy(overrides.tolerations)
     if all_tolerations:
         pod_spec["tolerations"] = all_tolerations
     merged_affinity = _merge_affinity(affinity or {}, overrides.affinity)

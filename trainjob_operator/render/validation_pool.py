@@ -13,6 +13,7 @@ from typing import Any
 
 from trainjob_operator.api.models import TrainJob
 from trainjob_operator.render.common import (
+    GKE_SPOT_LABEL,
     METRICS_PORT,
     RenderOptions,
     build_container,
@@ -26,8 +27,6 @@ from trainjob_operator.render.names import validation_pod_name
 
 __all__ = ["GKE_SPOT_LABEL", "GKE_SPOT_TOLERATION", "VALIDATION_RESOURCE", "render_validation_pods"]
 
-GKE_SPOT_LABEL = "cloud.google.com/gke-spot"
-"""Node label of GKE spot VMs (value ``"true"``)."""
 GKE_SPOT_TOLERATION: dict[str, str] = {
     "key": GKE_SPOT_LABEL,
     "operator": "Equal",
@@ -50,9 +49,11 @@ def render_validation_pods(
     """``validation_replicas`` validation pool pods ``<job>-val-0`` ... ``<job>-val-<n-1>``.
 
     Each runs ``ray start --address=<head>:6379 --block --resources={"validation": slots}``
-    with ``pool.resources``, the node selector ``spec.podTemplate.nodeSelector`` <-
-    ``pool.nodeSelector`` <- ``cloud.google.com/gke-spot: "true"`` (when ``pool.spot``), and the
-    podTemplate and pool tolerations (plus the spot toleration). The pods run as
+    with ``pool.resources``, the node selector ``options.validation_node_selector`` (the
+    operator-wide default) <- ``spec.podTemplate.nodeSelector`` <- ``pool.nodeSelector`` <-
+    ``cloud.google.com/gke-spot: "true"`` (when ``pool.spot``), and the pool tolerations (plus
+    the spot toleration), the default ``options.validation_tolerations`` whose key and effect
+    the TrainJob does not set, and the podTemplate's tolerations. The pods run as
     ``spec.storage.serviceAccountName`` when set (they read checkpoints); they are not part of
     the Kueue gang (each is admitted on its own, the pool scales while the job runs).
 
@@ -113,6 +114,8 @@ def render_validation_pods(
                 node_selector=node_selector,
                 user_node_selector=pool.node_selector,
                 tolerations=tolerations,
+                default_node_selector=ctx.options.validation_node_selector,
+                default_tolerations=ctx.options.validation_tolerations,
                 service_account=ctx.storage_service_account,
             )
         )

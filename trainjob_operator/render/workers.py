@@ -41,7 +41,13 @@ from trainjob_operator.render.names import (
     tpu_worker_pod_name,
 )
 
-__all__ = ["GKE_NODEPOOL_LABEL", "GPU_RESOURCE", "render_worker_pods"]
+__all__ = [
+    "GKE_NODEPOOL_LABEL",
+    "GPU_RESOURCE",
+    "gpus_per_worker",
+    "render_worker_pods",
+    "worker_resources",
+]
 
 GPU_RESOURCE = "nvidia.com/gpu"
 """Extended resource of NVIDIA GPUs."""
@@ -78,9 +84,21 @@ def worker_resources(job: TrainJob) -> dict[str, int | str]:
     return resources
 
 
+def gpus_per_worker(job: TrainJob) -> int:
+    """GPUs of one worker pod (``nvidia.com/gpu`` of :func:`worker_resources`; 0 without).
+
+    The worker's Ray node advertises this many GPUs and the driver's trainer asks each worker
+    actor for the same count, so the two always agree.
+
+    Raises:
+        ValueError: for a fractional ``resourcesPerWorker["nvidia.com/gpu"]``.
+    """
+    return _gpu_count(worker_resources(job))
+
+
 def _cpu_gpu_workers(ctx: RenderContext) -> list[dict[str, Any]]:
     resources = worker_resources(ctx.job)
-    gpus = _gpu_count(resources)
+    gpus = gpus_per_worker(ctx.job)
     args = [f"--num-cpus={ray_cpus(resources.get('cpu'))}", f"--num-gpus={gpus}"]
     pods = []
     for index in range(ctx.job.spec.scaling.num_workers):
@@ -204,6 +222,8 @@ def _tpu_workers(ctx: RenderContext) -> list[dict[str, Any]]:
                     extra_labels={SLICE_LABEL: str(slice_index)},
                     node_selector=shape.node_selector(),
                     tolerations=[GKE_TPU_TOLERATION],
+                    default_node_selector=ctx.options.tpu_node_selector,
+                    default_tolerations=ctx.options.tpu_tolerations,
                     affinity=affinity,
                     service_account=ctx.storage_service_account,
                     gang=True,
@@ -221,8 +241,10 @@ def render_worker_pods(
     ``nvidia.com/gpu`` for ``useGpu``). TPU: per slice ``k`` one pod per host ``i``,
     ``<job>-s<k>-h<i>``, with ``google.com/tpu`` = chips per host, the GKE accelerator/topology
     node selectors and TPU toleration, ``TPU_WORKER_ID``/``TPU_WORKER_HOSTNAMES``/``TPU_NAME``
-    (plus ``MEGASCALE_*`` for multislice), and for multi-host slices pod affinity on the node
-    pool within a slice and anti-affinity between slices. Workers run as
+    (plus ``MEGASCALE_*`` for multislice), the operator-wide TPU defaults
+    (``options.tpu_node_selector``/``tpu_tolerations``, below the TrainJob's podTemplate), and
+    for multi-host slices pod affinity on the node pool within a slice and anti-affinity
+    between slices. Workers run as
     ``spec.storage.serviceAccountName`` when set (they upload checkpoints) and belong to the
     Kueue pod group.
 

@@ -1,0 +1,171 @@
+"""The operator's own plumbing without an API server: JSON logs, per-TrainJob serialization of
+reconciles, the message of a child the API server rejects."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from trainjob_operator import operator_main
+from trainjob_operator.operator_main import JsonFormatter, KeyedLocks, Operator
+from trainjob_operator.reconcile.apply import invalid_child_message
+from trainjob_operator.reconcile.plan import Plan
+
+
+def _record(message: str, *args: Any, **extra: Any) -> logging.LogRecord:
+    record = logging.LogRecord("kopf.objects", logging.WARNING, __file__, 1, message, args, None)
+    for key, value in extra.items():
+        setattr(record, key, value)
+    return record
+
+
+def test_json_formatter_escapes_quotes_and_newlines() -> None:
+    line = JsonFormatter().format(_record('bad "value"\nsecond line\t%s', "x\\y"))
+    assert "\n" not in line
+    entry = json.loads(line)
+    assert entry["message"] == 'bad "value"\nsecond line\tx\\y'
+    assert entry["level"] == "WARNING" and entry["logger"] == "kopf.objects"
+    assert entry["time"].endswith("+00:00")
+    assert "object" not in entry and "namespace" not in entry
+
+
+def test_json_formatter_adds_kopf_object_and_namespace_and_exception() -> None:
+    ref = {
+        "apiVersion": "trainjob.dev/v1alpha1",
+        "kind": "TrainJob",
+        "name": "tj",
+        "namespace": "n",
+    }
+    entry = json.loads(JsonFormatter().format(_record("Handler succeeded.", k8s_ref=ref)))
+    assert entry["object"] == "tj" and entry["namespace"] == "n"
+    try:
+        raise ValueError('boom "quoted"')
+    except ValueError:
+        record = _record("failed")
+        record.exc_info = sys.exc_info()
+    entry = json.loads(JsonFormatter().format(record))
+    assert 'ValueError: boom "quoted"' in entry["exception"]
+
+
+def test_configure_logging_installs_the_json_formatter(monkeypatch: pytest.MonkeyPatch) -> None:
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])
+    operator_main.configure_logging()
+    assert isinstance(root.handlers[0].formatter, JsonFormatter)
+
+
+def _overlap_counter(
+    sleep: float,
+) -> tuple[dict[tuple[str, str], int], Any]:
+    """A fake reconcile that records the most concurrent runs per TrainJob."""
+    lock = threading.Lock()
+    active: dict[tuple[str, str], int] = {}
+    peak: dict[tuple[str, str], int] = {}
+
+    def fake(client: Any, namespace: str, name: str, render: Any) -> Plan:
+        key = (namespace, name)
+        with lock:
+            active[key] = active.get(key, 0) + 1
+            peak[key] = max(peak.get(key, 0), active[key])
+        time.sleep(sleep)
+        with lock:
+            active[key] -= 1
+        return Plan(status={"phase": "Running"})
+
+    return peak, fake
+
+
+def test_reconciles_of_one_trainjob_never_overlap(monkeypatch: pytest.MonkeyPatch) -> None:
+    peak, fake = _overlap_counter(0.02)
+    monkeypatch.setattr(operator_main, "reconcile_trainjob", fake)
+    op = Operator(client=None, render=lambda *a: [])  # type: ignore[arg-type]
+    threads = [
+        threading.Thread(target=op.reconcile, args=("ns", f"job-{i % 2}", "timer"))
+        for i in range(12)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert peak == {("ns", "job-0"): 1, ("ns", "job-1"): 1}
+    assert len(op._job_locks) == 0  # entries go away with their last user
+
+
+def test_reconciles_of_different_trainjobs_run_concurrently(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started = threading.Barrier(2, timeout=5)
+
+    def fake(client: Any, namespace: str, name: str, render: Any) -> Plan:
+        started.wait()  # both must be inside at once, or this times out
+        return Plan(status={"phase": "Running"})
+
+    monkeypatch.setattr(operator_main, "reconcile_trainjob", fake)
+    op = Operator(client=None, render=lambda *a: [])  # type: ignore[arg-type]
+    threads = [threading.Thread(target=op.reconcile, args=("ns", n, "pod")) for n in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not started.broken
+
+
+def test_keyed_locks_keep_a_waited_on_lock_after_its_holder_leaves() -> None:
+    locks = KeyedLocks()
+    inside = threading.Event()
+    release = threading.Event()
+    order: list[str] = []
+
+    def first() -> None:
+        with locks.hold("k"):
+            inside.set()
+            release.wait(5)
+            order.append("first")
+
+    def second() -> None:
+        with locks.hold("k"):
+            order.append("second")
+
+    t1 = threading.Thread(target=first)
+    t1.start()
+    inside.wait(5)
+    t2 = threading.Thread(target=second)
+    t2.start()
+    time.sleep(0.05)
+    assert order == []  # second waits
+    release.set()
+    t1.join()
+    t2.join()
+    assert order == ["first", "second"]
+    assert len(locks) == 0
+
+
+def test_invalid_child_message_names_each_field() -> None:
+    pod = {"kind": "Pod", "metadata": {"name": "tj-head"}}
+    body = {
+        "kind": "Status",
+        "reason": "Invalid",
+        "message": 'Pod "tj-head" is invalid: spec.tolerations[0].value: Invalid value: "b"',
+        "details": {
+            "causes": [
+                {
+                    "reason": "FieldValueInvalid",
+                    "message": 'Invalid value: "b": value must be empty when `operator` is '
+                    "'Exists'",
+                    "field": "spec.tolerations[0].value",
+                }
+            ]
+        },
+    }
+    message = invalid_child_message(pod, body)
+    assert message.startswith("the API server rejected Pod tj-head: spec.tolerations[0].value:")
+    assert "value must be empty" in message
+    assert invalid_child_message(pod, {"message": "nope"}) == (
+        "the API server rejected Pod tj-head: nope"
+    )
