@@ -133,3 +133,21 @@ def test_status_tracker_keeps_non_finite_metrics_json_safe() -> None:
     assert status["progress"]["metrics"] == {"step": 0, "loss": "NaN", "nested": {"g": "-Infinity"}}
     assert status["latestCheckpoint"]["metrics"] == {"loss": "Infinity", "val_loss": "NaN"}
     assert "score" not in status["bestCheckpoint"]  # null: no usable score
+
+
+def test_worker_group_failures_are_published_apart_from_cluster_restarts() -> None:
+    from trainjob_operator.driver import StatusTracker
+    from trainjob_operator.driver_main import DRIVER_STATUS_KEYS
+    from trainjob_operator.reconcile.apply import OPERATOR_STATUS_KEYS
+
+    tracker = StatusTracker()
+    tracker.on_run_start("/runs/x", 2, 0)
+    tracker.on_failure(RuntimeError("worker 1 died\ntraceback..."), 1, True)
+    snapshot = tracker.snapshot()
+    assert snapshot["workerFailures"] == 1 and snapshot["phase"] == "Restarting"
+    assert snapshot["restarts"] == 0  # whole-cluster restarts are the operator's to count
+    assert snapshot["message"] == "worker 1 died"
+    # The driver publishes workerFailures; the operator never overwrites it.
+    assert "workerFailures" in DRIVER_STATUS_KEYS
+    assert "workerFailures" not in OPERATOR_STATUS_KEYS
+    assert tracker.finish(None)["workerFailures"] == 1

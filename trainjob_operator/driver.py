@@ -266,6 +266,7 @@ class StatusTracker(Callback):
             "phase": "Starting",
             "startTime": _now(),
             "restarts": 0,
+            "workerFailures": 0,
             "validations": {"pending": 0, "running": 0, "done": 0, "failed": 0},
         }
         self._validated: dict[str, str] = {}
@@ -333,7 +334,7 @@ class StatusTracker(Callback):
     def on_failure(self, error: BaseException, failures: int, will_restart: bool) -> None:
         """The worker group failed."""
         with self._lock:
-            self.status["restarts"] = failures
+            self.status["workerFailures"] = failures
             self.status["phase"] = "Restarting" if will_restart else "Failed"
             self.status["message"] = str(error).splitlines()[0]
 

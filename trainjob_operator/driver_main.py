@@ -31,7 +31,13 @@ from trainjob_operator.kube import ApiError, KubeClient, KubeConfig
 logger = logging.getLogger("trainjob_operator.driver")
 
 #: status keys the driver owns (the operator owns phase and conditions).
-DRIVER_STATUS_KEYS = ("progress", "latestCheckpoint", "bestCheckpoint", "validations")
+DRIVER_STATUS_KEYS = (
+    "progress",
+    "latestCheckpoint",
+    "bestCheckpoint",
+    "validations",
+    "workerFailures",
+)
 
 
 class StatusPublisher(StatusTracker):

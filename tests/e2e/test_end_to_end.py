@@ -194,6 +194,7 @@ def test_quickstart_trains_to_success_on_pods(cluster: Cluster, gcs_emulator: GC
     conditions = {c["type"]: c for c in status["conditions"]}
     assert conditions["Succeeded"]["status"] == "True"
     assert status["restarts"] == 0
+    assert status.get("workerFailures", 0) == 0
 
     # Both checkpoints (numToKeep: 2) are in fake-gcs-server, committed (the marker next to the
     # files) and listed in the run's manifest.
@@ -256,6 +257,7 @@ def test_worker_killed_mid_training_resumes_from_checkpoint(
     assert status["progress"]["step"] == epochs - 1
     assert status["latestCheckpoint"]["step"] == epochs - 1
     assert status["restarts"] == 0  # the worker group restarted, not the whole cluster
+    assert status["workerFailures"] >= 1  # ... and the driver published that restart
     assert env.runner.launches(worker) == 2
     assert env.runner.launches(f"{JOB}-w0") == 1
     assert env.runner.launches(f"{JOB}-head") == 1

@@ -805,6 +805,15 @@ class TrainJobStatus(ApiModel):
     )
     completion_time: datetime | None = Field(default=None, description="When the job finished.")
     restarts: int = Field(default=0, ge=0, description="Whole-cluster restarts so far.")
+    worker_failures: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Worker-group failures in the driver's current run, each followed by a restart of "
+            "the workers from the latest committed checkpoint while failure.maxFailures allows "
+            "(published by the driver)."
+        ),
+    )
     workers: WorkersStatus | None = Field(default=None, description="Worker pods.")
     validation_pool: ValidationPoolStatus | None = Field(
         default=None, description="Validation pool."
