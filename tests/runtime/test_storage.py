@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,136 @@ def test_uri_helpers() -> None:
         validate_storage_uri("s3://bucket/x", field="RunConfig.storage_path")
     with pytest.raises(ValueError, match="no bucket"):
         validate_storage_uri("gs:///x")
+
+
+class _FlakyGCSProxy:
+    """An HTTP proxy in front of fake-gcs-server: answers the first ``fail`` object uploads with
+    ``status``, forwards everything else, and counts uploads in flight (each held ``delay_s``),
+    to exercise the retry and parallel-upload paths against the real emulator."""
+
+    def __init__(self, upstream: str, fail: int, status: int, delay_s: float = 0.0) -> None:
+        import http.client
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from urllib.parse import urlsplit
+
+        self.failed = 0
+        self.uploads = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        lock = threading.Lock()
+        target = urlsplit(upstream)
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _reply(self, status_code: int, headers: list[tuple[str, str]], data: bytes) -> None:
+                self.send_response(status_code)
+                for key, value in headers:
+                    if key.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _pass_through(self, body: bytes) -> None:
+                conn = http.client.HTTPConnection(target.hostname, target.port, timeout=30)
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+                conn.request(self.command, self.path, body=body, headers=headers)
+                resp = conn.getresponse()
+                self._reply(resp.status, resp.getheaders(), resp.read())
+                conn.close()
+
+            def _forward(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if not self.path.startswith("/upload/"):
+                    self._pass_through(body)
+                    return
+                with lock:
+                    proxy.uploads += 1
+                    inject = proxy.failed < fail
+                    proxy.failed += inject
+                    proxy.in_flight += 1
+                    proxy.max_in_flight = max(proxy.max_in_flight, proxy.in_flight)
+                try:
+                    time.sleep(delay_s)
+                    if inject:
+                        payload = b'{"error": {"code": %d, "message": "injected"}}' % status
+                        self._reply(status, [("Content-Type", "application/json")], payload)
+                    else:
+                        self._pass_through(body)
+                finally:
+                    with lock:
+                        proxy.in_flight -= 1
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _forward
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("status", [503, 429])
+def test_gcs_transient_upload_errors_are_retried(
+    gcs_emulator: object,
+    gcs_bucket: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    status: int,
+) -> None:
+    proxy = _FlakyGCSProxy(gcs_emulator.url, fail=3, status=status)  # type: ignore[attr-defined]
+    try:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)  # the production client path
+        storage = GCSStorage(max_workers=2, attempts=6)
+        src = tmp_path / "src"
+        files = _make_tree(src)
+        dest = f"gs://{gcs_bucket}/retry/checkpoint_000000"
+        storage.upload_dir(src, dest)
+        assert proxy.failed == 3  # the errors really happened...
+        assert proxy.uploads > len(files)  # ...and the failed uploads were sent again
+        storage.download_dir(dest, tmp_path / "out")
+        for rel, data in files.items():
+            assert (tmp_path / "out" / rel).read_bytes() == data
+    finally:
+        proxy.close()
+
+
+def test_gcs_permanent_upload_error_is_not_retried(
+    gcs_emulator: object, gcs_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = _FlakyGCSProxy(gcs_emulator.url, fail=100, status=403)  # type: ignore[attr-defined]
+    try:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+        storage = GCSStorage(max_workers=1, attempts=6)
+        src = tmp_path / "src"
+        src.mkdir()
+        (src / "model.pt").write_bytes(b"x" * 1000)
+        with pytest.raises(StorageError, match=r"403|injected|Forbidden"):
+            storage.upload_dir(src, f"gs://{gcs_bucket}/denied/checkpoint_000000")
+        assert proxy.uploads == 1  # a 403 is final: no retries
+    finally:
+        proxy.close()
+
+
+def test_gcs_files_of_a_folder_upload_in_parallel(
+    gcs_emulator: object, gcs_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = _FlakyGCSProxy(gcs_emulator.url, fail=0, status=503, delay_s=0.3)  # type: ignore[attr-defined]
+    try:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+        src = tmp_path / "src"
+        src.mkdir()
+        for i in range(8):
+            (src / f"shard_{i}.bin").write_bytes(os.urandom(10_000))
+        GCSStorage(max_workers=4).upload_dir(src, f"gs://{gcs_bucket}/par/checkpoint_000000")
+        assert proxy.uploads == 8
+        assert proxy.max_in_flight == 4  # max_workers uploads at once, never more
+    finally:
+        proxy.close()
