@@ -11,7 +11,7 @@ import contextlib
 import os
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -29,12 +29,19 @@ def _skipped() -> bool:
     return os.environ.get(SKIP_ENV) == "1"
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Provision kube-apiserver/etcd outside of any test's timeout, with live output."""
+def provision_before_tests(session: pytest.Session, needs_cluster: Callable[[Path], bool]) -> None:
+    """Provision kube-apiserver/etcd once, outside of any test's timeout and with live output,
+    when a selected test file (``needs_cluster(path)``) uses the cluster.
+
+    Every folder whose tests use these fixtures calls this from its own
+    ``pytest_collection_finish``; the first one that finds such a test does the work.
+    """
     global _provisioned, _provision_error
     if session.config.option.collectonly or _skipped():
         return
-    if not any(_HERE in Path(str(item.path)).resolve().parents for item in session.items):
+    if _provisioned is not None or _provision_error is not None:
+        return
+    if not any(needs_cluster(Path(str(item.path)).resolve()) for item in session.items):
         return
     capman = session.config.pluginmanager.getplugin("capturemanager")
     live = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
@@ -43,6 +50,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             _provisioned = ensure_assets()
         except EnvTestError as e:
             _provision_error = str(e)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Provision kube-apiserver/etcd when a test of this folder was selected."""
+    provision_before_tests(session, lambda path: _HERE in path.parents)
 
 
 @pytest.fixture(scope="session")

@@ -1160,15 +1160,10 @@ class PodRunner:
                 _condition("Ready", ready),
             ],
             "containerStatuses": [
-                {
-                    "name": c.container_name,
-                    "image": c.image,
-                    "imageID": "",
-                    "ready": ready,
-                    "started": c.exit_code is None,
-                    "restartCount": c.restarts,
-                    "state": state,
-                }
+                _container_status(
+                    c.container_name, state, image=c.image, ready=ready, restarts=c.restarts
+                )
+                | {"started": c.exit_code is None}
             ],
         }
         if reason:
@@ -1194,13 +1189,9 @@ class PodRunner:
                 "hostIP": POD_IP,
                 "conditions": [_condition("PodScheduled", True), _condition("Ready", False)],
                 "containerStatuses": [
-                    {
-                        "name": name,
-                        "image": "",
-                        "imageID": "",
-                        "ready": False,
-                        "restartCount": 0,
-                        "state": {
+                    _container_status(
+                        name,
+                        {
                             "terminated": {
                                 "exitCode": 128,
                                 "reason": reason,
@@ -1209,7 +1200,7 @@ class PodRunner:
                                 "finishedAt": now,
                             }
                         },
-                    }
+                    )
                 ],
             },
         )
@@ -1222,16 +1213,10 @@ class PodRunner:
                 "phase": "Pending",
                 "conditions": [_condition("PodScheduled", True), _condition("Ready", False)],
                 "containerStatuses": [
-                    {
-                        "name": name,
-                        "image": "",
-                        "imageID": "",
-                        "ready": False,
-                        "restartCount": 0,
-                        "state": {
-                            "waiting": {"reason": "CreateContainerConfigError", "message": message}
-                        },
-                    }
+                    _container_status(
+                        name,
+                        {"waiting": {"reason": "CreateContainerConfigError", "message": message}},
+                    )
                 ],
             },
         )
@@ -1246,6 +1231,20 @@ class PodRunner:
                 "conditions": [_condition("PodScheduled", True), _condition("Ready", False)],
             },
         )
+
+
+def _container_status(
+    name: str, state: dict[str, Any], *, image: str = "", ready: bool = False, restarts: int = 0
+) -> dict[str, Any]:
+    """One entry of ``status.containerStatuses`` as a kubelet reports it."""
+    return {
+        "name": name,
+        "image": image,
+        "imageID": "",
+        "ready": ready,
+        "restartCount": restarts,
+        "state": state,
+    }
 
 
 def _condition(type_: str, true: bool) -> dict[str, Any]:
