@@ -58,6 +58,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import common
 
 NAME = "async_checkpoint"
+
+
+def result_name(size_mib: int) -> str:
+    """``async_checkpoint`` for 256 MiB, ``async_checkpoint_1gib`` for 1024, else ``..._<n>mib``."""
+    if size_mib == 256:
+        return NAME
+    return f"{NAME}_1gib" if size_mib == 1024 else f"{NAME}_{size_mib}mib"
+
+
 MiB = common.MiB
 
 
@@ -127,7 +136,7 @@ def checkpoint_loop(config: dict[str, Any]) -> None:
         from trainer_runtime import CheckpointUploadMode
     else:
         import ray.train as api  # type: ignore[no-redef]
-        from ray.train import CheckpointUploadMode  # type: ignore[no-redef,assignment]
+        from ray.train import CheckpointUploadMode  # type: ignore[assignment]
 
     torch.set_num_threads(config["torch_threads"])
     rank = api.get_context().get_world_rank()
@@ -155,6 +164,7 @@ def checkpoint_loop(config: dict[str, Any]) -> None:
         steps = config["baseline_steps"] if name == "baseline" else n_ckpt * every
         compute_s = write_s = cleanup_s = 0.0
         report_s: list[float] = []
+        report_cpu_s: list[float] = []  # CPU time of this thread inside report()
         started_at = time.time()
         p_start = time.perf_counter()
         for i in range(steps):
@@ -170,13 +180,14 @@ def checkpoint_loop(config: dict[str, Any]) -> None:
                 fh.write(payload.data)
             (folder / "meta.json").write_text(json.dumps({"step": step}))
             write_s += time.perf_counter() - w0
-            r0 = time.perf_counter()
+            r0, c0 = time.perf_counter(), time.thread_time()
             api.report(
                 {"step": step, "phase": name},
                 checkpoint=api.Checkpoint.from_directory(str(folder)),
                 checkpoint_upload_mode=modes[name],
             )
             report_s.append(time.perf_counter() - r0)
+            report_cpu_s.append(time.thread_time() - c0)
             if name == "sync":  # SYNC keeps the local folder by default; drop it (timed)
                 d0 = time.perf_counter()
                 shutil.rmtree(folder, ignore_errors=True)
@@ -193,6 +204,7 @@ def checkpoint_loop(config: dict[str, Any]) -> None:
                 "compute_s": compute_s,
                 "write_s": write_s + cleanup_s,
                 "report_s": report_s,
+                "report_cpu_s": report_cpu_s,
             }
         )
     out = {
@@ -206,31 +218,8 @@ def checkpoint_loop(config: dict[str, Any]) -> None:
 
 # -- the driver side --------------------------------------------------------------------------
 def calibrate(step_s: float, matmul_n: int, threads: int, seconds: float) -> dict[str, Any]:
-    """Matmuls per ``step_s`` in this process (run before Ray and the emulator start).
-
-    Every fit then does this same amount of work per step, so the frameworks are compared on
-    identical work even when the shared machine's speed drifts.
-    """
-    import torch
-
-    old_threads = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        a = torch.randn(matmul_n, matmul_n)
-        for _ in range(20):
-            torch.mm(a, a)
-        rates = []
-        for _ in range(3):  # best of 3 short windows: the least disturbed estimate
-            done, t0 = 0, time.perf_counter()
-            while time.perf_counter() - t0 < seconds / 3:
-                for _ in range(10):
-                    torch.mm(a, a)
-                done += 10
-            rates.append(done / (time.perf_counter() - t0))
-    finally:
-        torch.set_num_threads(old_threads)
-    rate = max(rates)
-    return {"matmuls_per_s": rate, "iters_per_step": max(1, round(rate * step_s))}
+    """Matmuls per ``step_s`` in this process (see :func:`common.calibrate_matmuls`)."""
+    return common.calibrate_matmuls(step_s, matmul_n, threads, seconds)
 
 
 def _trainer(
@@ -303,6 +292,11 @@ def _summarize_phase(
         "ref_compute_s": ref_compute,
         "write_s": ph["write_s"],
         "report_total_s": sum(ph["report_s"]),
+        # CPU the calling thread used inside report(): the rest of the wall time it waited
+        # (for a core on the shared machine, the GIL, an upload slot, or the upload itself).
+        "report_cpu_ms_p50": (
+            common.median([c * 1e3 for c in ph["report_cpu_s"]]) if ph.get("report_cpu_s") else None
+        ),
         "report_ms_p50": common.median(report_ms) if report_ms else None,
         "report_ms_max": max(report_ms) if report_ms else None,
         "report_ms": report_ms,
@@ -398,7 +392,16 @@ def run_fit(
 
 
 def raw_bounds(args: argparse.Namespace, emulator: common.Emulator | None) -> dict[str, Any]:
-    """Plain file copy and plain uploads of one file of the checkpoint's size."""
+    """Plain file copies and plain uploads of one file of the checkpoint's size.
+
+    Local storage, like the runs do it: every repeat first writes a fresh file of random bytes
+    (untimed; like the train loop writing its checkpoint), then copies it into a destination
+    folder that stays (timed), deletes the source and keeps the 2 newest destinations
+    (``num_to_keep=2``). So the copy competes with the write-back of the dirty pages, as in
+    the runs. ``local_copyfile_unlinked`` is the old, optimistic figure: the same source file
+    copied again and again and the copy deleted at once, which never reaches the disk (page
+    cache speed).
+    """
     import numpy as np
 
     src_dir = common.scratch_dir("raw-src")
@@ -406,18 +409,30 @@ def raw_bounds(args: argparse.Namespace, emulator: common.Emulator | None) -> di
     size = args.size_mib * MiB
     src = src_dir / "weights.bin"
     rng = np.random.default_rng(0)
+    payload = rng.integers(0, 256, size, dtype=np.uint8)
     with open(src, "wb") as fh:
-        fh.write(rng.integers(0, 256, size, dtype=np.uint8).data)
+        fh.write(payload.data)
     out: dict[str, Any] = {"size_mib": args.size_mib, "repeats": args.raw_repeats}
 
-    def measure(cases: list[tuple[str, Any]], repeats: int) -> None:
-        """Run the cases round-robin ``repeats`` times (drift hits all alike); keep medians."""
-        times: dict[str, list[float]] = {label: [] for label, _ in cases}
+    def measure(cases: list[tuple[Any, ...]], repeats: int) -> None:
+        """Run the cases round-robin ``repeats`` times (drift hits all alike); keep medians.
+
+        A case is ``(label, fn[, prepare[, cleanup]])``: ``prepare(i)`` runs untimed, then
+        ``fn(i)`` is timed, then ``cleanup(i)`` runs untimed (either may be None).
+        """
+        times: dict[str, list[float]] = {c[0]: [] for c in cases}
         for i in range(repeats):
-            for label, fn in cases:
+            for case in cases:
+                label, fn = case[0], case[1]
+                prepare = case[2] if len(case) > 2 else None
+                cleanup = case[3] if len(case) > 3 else None
+                if prepare is not None:
+                    prepare(i)
                 t0 = time.perf_counter()
                 fn(i)
                 times[label].append(time.perf_counter() - t0)
+                if cleanup is not None:
+                    cleanup(i)
         for label, secs in times.items():
             med = common.median(secs)
             out[label] = {"seconds": secs, "mib_s": args.size_mib / med}
@@ -425,22 +440,50 @@ def raw_bounds(args: argparse.Namespace, emulator: common.Emulator | None) -> di
 
     try:
         if "local" in args.storage:
+            from trainer_runtime.storage.local import LocalStorage
 
-            def copy(i: int) -> None:
-                target = dst_dir / f"copy_{i}.bin"
+            kept: list[Path] = []
+
+            def fresh_source(i: int) -> None:
+                folder = src_dir / f"fresh_{len(kept)}_{i}"
+                folder.mkdir()
+                with open(folder / "weights.bin", "wb") as fh:
+                    fh.write(payload.data)
+
+            def keep(target: Path, source: Path) -> None:
+                common.rmtree(source)  # ASYNC deletes the local folder after the upload
+                kept.append(target)
+                while len(kept) > 2:  # num_to_keep=2
+                    common.rmtree(kept.pop(0))
+
+            def latest_source() -> Path:
+                return max(src_dir.glob("fresh_*"), key=lambda p: p.stat().st_mtime_ns)
+
+            def copy_kept(i: int) -> None:
+                source = latest_source()
+                target = dst_dir / f"copy_{i}"
+                target.mkdir()
+                shutil.copyfile(source / "weights.bin", target / "weights.bin")
+                keep(target, source)
+
+            def ours_local(i: int) -> None:
+                source = latest_source()
+                target = dst_dir / f"ours_{i}"
+                LocalStorage().upload_dir(source, str(target))
+                keep(target, source)
+
+            def copy_unlinked(i: int) -> None:
+                target = dst_dir / f"unlinked_{i}.bin"
                 shutil.copyfile(src, target)
                 target.unlink()
 
-            def ours_local(i: int) -> None:
-                from trainer_runtime.storage.local import LocalStorage
-
-                target = dst_dir / f"ours_{i}"
-                LocalStorage().upload_dir(src_dir, str(target))
-                common.rmtree(target)
-
-            copy(-1)  # warm-up
+            copy_unlinked(-1)  # warm-up
             measure(
-                [("local_copyfile", copy), ("ours_local_upload_dir", ours_local)],
+                [
+                    ("local_copyfile", copy_kept, fresh_source),
+                    ("ours_local_upload_dir", ours_local, fresh_source),
+                    ("local_copyfile_unlinked", copy_unlinked),
+                ],
                 args.raw_repeats,
             )
         if "gcs" in args.storage and emulator is not None:
@@ -471,15 +514,22 @@ def raw_bounds(args: argparse.Namespace, emulator: common.Emulator | None) -> di
 
                 GCSStorage().upload_dir(src_dir, f"gs://{bucket_name}/ours/{i}")
 
+            def delete_all(i: int) -> None:
+                # The emulator keeps objects in memory: drop each upload once timed (a few
+                # 1 GiB objects plus the garbage of chunked uploads exhaust the machine's RAM).
+                for blob in list(bucket.list_blobs()):
+                    blob.delete()
+
             try:
                 plain(-1)  # warm-up (connection, server allocation)
-                cases = [
-                    ("gcs_plain", plain),
-                    ("ours_gcs_upload_dir", ours_gcs),
-                    ("gcs_chunked_32mib", chunked),
+                delete_all(-1)
+                cases: list[tuple[Any, ...]] = [
+                    ("gcs_plain", plain, None, delete_all),
+                    ("ours_gcs_upload_dir", ours_gcs, None, delete_all),
+                    ("gcs_chunked_32mib", chunked, None, delete_all),
                 ]
                 if "ray_train" in args.frameworks:
-                    cases.append(("gcs_pyarrow_copy_files", via_pyarrow))
+                    cases.append(("gcs_pyarrow_copy_files", via_pyarrow, None, delete_all))
                 measure(cases, args.raw_repeats)
             finally:
                 emulator.delete_bucket(bucket_name)
@@ -487,6 +537,22 @@ def raw_bounds(args: argparse.Namespace, emulator: common.Emulator | None) -> di
         common.rmtree(src_dir)
         common.rmtree(dst_dir)
     return out
+
+
+def warm_up_emulator(emulator: common.Emulator, size: int) -> None:
+    """One untimed upload of ``size`` bytes to a fresh emulator, then deleted.
+
+    A just-started fake-gcs-server is slower on its first large upload (its heap grows); without
+    this the first SYNC checkpoint of a fit would pay for it.
+    """
+    import io
+
+    bucket_name = emulator.new_bucket("warm")
+    try:
+        blob = emulator.client().bucket(bucket_name).blob("warm.bin")
+        blob.upload_from_file(io.BytesIO(bytes(size)), size=size)
+    finally:
+        emulator.delete_bucket(bucket_name)
 
 
 def _phase_line(ph: dict[str, Any]) -> str:
@@ -505,17 +571,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a 4 s checkpoint interval")
     parser.add_argument("--size-mib", type=int, default=256, help="checkpoint size (256)")
-    parser.add_argument("--large", action="store_true", help="1 GiB checkpoints")
+    parser.add_argument(
+        "--large",
+        action="store_true",
+        help="1 GiB checkpoints, every 60 steps (30 s), 1 per mode; results in "
+        "async_checkpoint_1gib.json",
+    )
     parser.add_argument("--step-s", type=float, default=0.5, help="compute per step (0.5 s)")
     parser.add_argument("--every", type=int, help="steps between checkpoints (10; 8 --quick)")
-    parser.add_argument("--checkpoints", type=int, default=2, help="checkpoints per mode (2)")
+    parser.add_argument("--checkpoints", type=int, help="checkpoints per mode (2; 1 --large)")
     parser.add_argument("--storage", default="local,gcs", help="local,gcs")
     parser.add_argument("--frameworks", default="ours,ray_train", help="ours,ray_train")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--torch-threads", type=int, default=1)
     parser.add_argument("--matmul-n", type=int, default=256)
     parser.add_argument("--calibrate-s", type=float, default=1.5)
-    parser.add_argument("--raw-repeats", type=int, default=2)
+    parser.add_argument("--raw-repeats", type=int, default=3)
     parser.add_argument(
         "--baseline-steps", type=int, default=6, help="steps without checkpoints first (6)"
     )
@@ -523,7 +594,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.large:
         args.size_mib = 1024
     if args.every is None:
-        args.every = 8 if args.quick else 10
+        args.every = 60 if args.large else 8 if args.quick else 10
+    if args.checkpoints is None:
+        args.checkpoints = 1 if args.large else 2
     args.storage = [s for s in args.storage.split(",") if s]
     args.frameworks = [f for f in args.frameworks.split(",") if f]
 
@@ -543,9 +616,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     try:
         print("[ckpt] raw bounds", flush=True)
         raw = raw_bounds(args, emulator)
+        if emulator is not None:
+            emulator.restart()  # the local fits must not share the CPU with its GC
         common.start_ray(num_cpus=4)
         for storage_kind in args.storage:
             for framework in args.frameworks:
+                if emulator is not None and storage_kind == "gcs":
+                    emulator.restart()  # see Emulator.restart: no memory left from before
+                    warm_up_emulator(emulator, args.size_mib * MiB)
                 print(f"[ckpt] {framework} on {storage_kind}", flush=True)
                 fit = run_fit(framework, storage_kind, args, emulator, cal["iters_per_step"])
                 fit["loadavg_1m_after"] = round(os.getloadavg()[0], 2)
@@ -579,7 +657,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "raw": raw,
         "fits": fits,
     }
-    common.write_result(NAME, data)
+    common.write_result(result_name(args.size_mib), data)
     return data
 
 

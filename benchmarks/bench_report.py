@@ -89,7 +89,7 @@ def _ray_last_report_callback(path: str) -> Any:
     """A Ray Train UserCallback (runs in the controller actor) writing the time to ``path``."""
     from ray.train import UserCallback
 
-    class _Cb(UserCallback):  # type: ignore[misc]
+    class _Cb(UserCallback):
         def after_report(self, run_context: Any, metrics: Any, checkpoint: Any) -> None:
             Path(path).write_text(repr(time.time()))
 

@@ -150,12 +150,29 @@ def write_result(name: str, data: dict[str, Any]) -> Path:
         "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "machine": machine_info(),
+        "git": git_state(),
         **data,
     }
     path = RESULTS_DIR / f"{name}.json"
     path.write_text(json.dumps(payload, indent=1, default=str) + "\n")
     print(f"wrote {path}", flush=True)
     return path
+
+
+def git_state() -> str:
+    """``git describe --always --dirty`` of the checkout (what code the numbers are for)."""
+    try:
+        out = subprocess.run(
+            ["git", "describe", "--always", "--dirty"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip()
 
 
 def read_result(name: str) -> dict[str, Any] | None:
@@ -243,8 +260,11 @@ def _ray_train_v2_enabled() -> str:
 
 
 # -- Ray --------------------------------------------------------------------------------------
-def start_ray(num_cpus: int = 4) -> Any:
-    """A fresh local Ray cluster with ``num_cpus`` logical CPUs (no dashboard)."""
+def start_ray(num_cpus: int = 4, resources: dict[str, float] | None = None) -> Any:
+    """A fresh local Ray cluster with ``num_cpus`` logical CPUs (no dashboard).
+
+    ``resources``: extra custom resources of the one node (e.g. ``{"validation": 2}``).
+    """
     import ray
 
     setup_paths()
@@ -254,6 +274,7 @@ def start_ray(num_cpus: int = 4) -> Any:
     ray.init(
         address="local",
         num_cpus=num_cpus,
+        resources=resources,
         include_dashboard=False,
         log_to_driver=False,
         configure_logging=False,
@@ -276,13 +297,41 @@ class Emulator:
     Start it *before* :func:`start_ray` so Ray workers inherit ``STORAGE_EMULATOR_HOST``.
     """
 
+    #: A soft memory limit for the emulator (Go's ``GOMEMLIMIT``): it keeps every object in
+    #: memory, and 1 GiB chunked uploads leave garbage that Go's default GC lets grow until
+    #: the machine (shared with other processes) runs out of RAM.
+    MEMORY_LIMIT = "6GiB"
+
     def __init__(self) -> None:
         setup_paths()
         from tests.gcs import GCSEmulator
 
-        self.server = GCSEmulator().start()
+        self.server = GCSEmulator()
+        self._start_server()
         self._old = os.environ.get("STORAGE_EMULATOR_HOST")
         os.environ["STORAGE_EMULATOR_HOST"] = self.server.url
+        from trainer_runtime.storage.factory import reset_storage_cache
+
+        reset_storage_cache()
+
+    def _start_server(self) -> None:
+        old_limit = os.environ.get("GOMEMLIMIT")
+        os.environ["GOMEMLIMIT"] = old_limit or self.MEMORY_LIMIT
+        try:
+            self.server.start()
+        finally:
+            if old_limit is None:
+                os.environ.pop("GOMEMLIMIT", None)
+
+    def restart(self) -> None:
+        """A fresh server process on the same port (Ray workers keep the same address).
+
+        fake-gcs-server does not give memory back when objects are deleted (after the raw
+        1 GiB uploads its RSS stayed at the memory limit and it kept a core busy collecting
+        garbage), so each measurement starts from a fresh one. Buckets are gone afterwards.
+        """
+        self.server.stop()
+        self._start_server()
         from trainer_runtime.storage.factory import reset_storage_cache
 
         reset_storage_cache()
@@ -349,6 +398,40 @@ def process_cpu_seconds(pid: int | None) -> float | None:
     ticks = os.sysconf("SC_CLK_TCK")
     # fields[0] is state (field 3); utime/stime are fields 14/15 -> index 11/12
     return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def calibrate_matmuls(step_s: float, matmul_n: int, threads: int, seconds: float) -> dict[str, Any]:
+    """How many ``matmul_n`` x ``matmul_n`` float32 matmuls take ``step_s`` in this process.
+
+    Run it before Ray (and any emulator) starts. Every fit then does this same amount of work
+    per step, so frameworks are compared on identical work even when the shared machine's
+    speed drifts. Returns ``{"matmuls_per_s", "iters_per_step"}``.
+    """
+    import torch
+
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        a = torch.randn(matmul_n, matmul_n)
+        for _ in range(20):
+            torch.mm(a, a)
+        rates = []
+        for _ in range(3):  # best of 3 short windows: the least disturbed estimate
+            done, t0 = 0, time.perf_counter()
+            while time.perf_counter() - t0 < seconds / 3:
+                for _ in range(10):
+                    torch.mm(a, a)
+                done += 10
+            rates.append(done / (time.perf_counter() - t0))
+    finally:
+        torch.set_num_threads(old_threads)
+    rate = max(rates)
+    return {"matmuls_per_s": rate, "iters_per_step": max(1, round(rate * step_s))}
+
+
+def loadavg_1m() -> float:
+    """The 1-minute load average, rounded (how busy the shared machine was)."""
+    return round(os.getloadavg()[0], 2)
 
 
 def scratch_dir(prefix: str) -> Path:

@@ -1,0 +1,696 @@
+"""The operator on a real kube-apiserver: reconcile latency, throughput and memory.
+
+What runs:
+
+* etcd + kube-apiserver 1.20 (:class:`trainjob_operator.testing.EnvTest`, the binaries that
+  ``scripts/provision-envtest.sh`` builds; no kube-controller-manager, no scheduler, no
+  kubelet: pods stay Pending, which does not matter here);
+* the operator as its own process, exactly as deployed: ``trainjob operator --namespace
+  bench`` (kopf, the default 5 s timer per TrainJob), with a kubeconfig for the admin, so its
+  memory is measured alone (``VmRSS`` from ``/proc``);
+* this process creates TrainJobs (``examples/quickstart.yaml`` renamed: 2 workers, a
+  validation pool with ``minReplicas: 0``) with plain HTTPS POSTs and watches the children
+  with one watch per kind (pods, services, serviceaccounts, roles, rolebindings: what the
+  operator creates for that manifest; the count comes from the operator's own renderer) and the
+  TrainJobs themselves.
+
+Phases:
+
+1. ``sequential``: ``--sequential`` TrainJobs one at a time (the next one is created when the
+   previous one's children all exist): the latency of one reconcile on an idle operator;
+2. ``burst``: ``--jobs`` TrainJobs created back to back as fast as one client can: latency
+   under load and throughput (TrainJobs whose children all exist per second, from the first
+   create to the last child);
+3. ``scale``: more TrainJobs in a burst until ``--total`` exist, then ``--settle-s`` seconds
+   of steady state (every TrainJob's timer keeps firing): the operator's RSS at ``--total``
+   TrainJobs, and the CPU the operator, kube-apiserver and etcd use in steady state.
+
+Latency of one TrainJob: from just before its POST to the moment the last of its children was
+seen by the watch ("children"), and to the first status the operator wrote ("status"). RSS
+and CPU are sampled every 0.5 s. The operator's Prometheus metrics (reconciles by trigger,
+reconcile seconds) are scraped at the end. No Ray Train comparison: Ray Train has no operator
+(KubeRay's RayJob would be the closest, and it is not part of this repository's test setup).
+
+Usage::
+
+    python benchmarks/bench_operator.py [--quick] [--sequential N] [--jobs N] [--total N]
+        [--settle-s S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import http.client
+import json
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import common
+
+NAME = "operator"
+NAMESPACE = "bench"
+NAME_LABEL = "trainjob.dev/name"
+CHILD_KINDS = {
+    "Pod": "/api/v1/namespaces/{ns}/pods",
+    "Service": "/api/v1/namespaces/{ns}/services",
+    "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
+    "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+    "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+}
+TRAINJOBS = "/apis/trainjob.dev/v1alpha1/namespaces/{ns}/trainjobs"
+CRD = common.REPO_ROOT / "crds" / "trainjob.dev_trainjobs.yaml"
+MANIFEST = common.REPO_ROOT / "examples" / "quickstart.yaml"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _proc_status(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM of a process, in KiB (empty when it is gone)."""
+    out: dict[str, int] = {}
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(value.split()[0])
+    return out
+
+
+class Api:
+    """Minimal HTTPS JSON client (keep-alive connection per thread) for the benchmark side."""
+
+    def __init__(self, host: str, token: str, ca_file: str) -> None:
+        parsed = urllib.parse.urlparse(host)
+        self.host = parsed.hostname or "127.0.0.1"
+        self.port = parsed.port or 443
+        self.token = token
+        self.context = ssl.create_default_context(cafile=ca_file)
+        self._local = threading.local()
+
+    def connection(self, timeout: float | None = 30.0) -> http.client.HTTPSConnection:
+        """A new connection (watches use their own)."""
+        return http.client.HTTPSConnection(
+            self.host, self.port, context=self.context, timeout=timeout
+        )
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        """One request on this thread's keep-alive connection; (status, decoded JSON)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = self.connection()
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        try:
+            conn.request(method, path, body=data, headers=headers)
+            resp = conn.getresponse()
+            raw = resp.read()
+        except (OSError, http.client.HTTPException):
+            self._local.conn = None
+            conn.close()
+            raise
+        return resp.status, (json.loads(raw) if raw else None)
+
+
+class Watch(threading.Thread):
+    """One streaming watch; calls ``on_event(type, object, seen_at)`` for every event."""
+
+    def __init__(self, api: Api, path: str, query: dict[str, str], on_event: Any) -> None:
+        super().__init__(name=f"watch {path}", daemon=True)
+        self.api = api
+        self.path = path
+        self.query = query
+        self.on_event = on_event
+        self.conn: http.client.HTTPSConnection | None = None
+        self.stopped = threading.Event()
+        self.error: BaseException | None = None
+        status, listing = api.request("GET", f"{path}?{urllib.parse.urlencode(query)}")
+        if status != 200:
+            raise RuntimeError(f"list {path}: HTTP {status}: {listing}")
+        self.resource_version = listing["metadata"]["resourceVersion"]
+
+    def run(self) -> None:
+        """Stream events until :meth:`stop` (re-watching from the last version on timeouts)."""
+        while not self.stopped.is_set():
+            query = {
+                **self.query,
+                "watch": "1",
+                "resourceVersion": self.resource_version,
+                "timeoutSeconds": "3600",
+            }
+            try:
+                self.conn = self.api.connection(timeout=None)
+                self.conn.request(
+                    "GET",
+                    f"{self.path}?{urllib.parse.urlencode(query)}",
+                    headers={"Authorization": f"Bearer {self.api.token}"},
+                )
+                resp = self.conn.getresponse()
+                if resp.status != 200:
+                    raise RuntimeError(f"watch {self.path}: HTTP {resp.status}")
+                while not self.stopped.is_set():
+                    line = resp.readline()
+                    if not line:
+                        break
+                    seen = time.time()
+                    event = json.loads(line)
+                    obj = event.get("object") or {}
+                    rv = (obj.get("metadata") or {}).get("resourceVersion")
+                    if rv:
+                        self.resource_version = rv
+                    self.on_event(event.get("type"), obj, seen)
+            except Exception as exc:  # noqa: BLE001 - kept; the run fails with it
+                if not self.stopped.is_set():
+                    self.error = exc
+                    return
+            finally:
+                if self.conn is not None:
+                    self.conn.close()
+
+    def stop(self) -> None:
+        """Close the stream."""
+        self.stopped.set()
+        conn = self.conn
+        if conn is not None and conn.sock is not None:
+            with contextlib.suppress(OSError):
+                conn.sock.shutdown(socket.SHUT_RDWR)
+
+
+class Tracker:
+    """First-seen times of every TrainJob's children and status, from the watches."""
+
+    def __init__(self, expected_children: int) -> None:
+        self.expected = expected_children
+        self.lock = threading.Lock()
+        self.children: dict[str, dict[tuple[str, str], float]] = {}
+        self.done_at: dict[str, float] = {}
+        self.status_at: dict[str, float] = {}
+        self.created_at: dict[str, float] = {}
+        self.done_event = threading.Condition(self.lock)
+
+    def on_child(self, kind: str) -> Any:
+        def handle(event_type: str, obj: dict[str, Any], seen: float) -> None:
+            if event_type != "ADDED":
+                return
+            meta = obj.get("metadata") or {}
+            job = (meta.get("labels") or {}).get(NAME_LABEL)
+            if not job:
+                return
+            with self.lock:
+                seen_children = self.children.setdefault(job, {})
+                seen_children.setdefault((kind, meta.get("name", "")), seen)
+                if len(seen_children) >= self.expected and job not in self.done_at:
+                    self.done_at[job] = max(seen_children.values())
+                    self.done_event.notify_all()
+
+        return handle
+
+    def on_trainjob(self, event_type: str, obj: dict[str, Any], seen: float) -> None:
+        name = (obj.get("metadata") or {}).get("name")
+        if name and (obj.get("status") or {}).get("phase"):
+            with self.lock:
+                self.status_at.setdefault(name, seen)
+
+    def done_count(self, names: list[str]) -> int:
+        with self.lock:
+            return sum(1 for n in names if n in self.done_at)
+
+    def wait_done(self, names: list[str], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            while not all(n in self.done_at for n in names):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.done_event.wait(min(left, 1.0))
+        return True
+
+
+class Sampler(threading.Thread):
+    """Every ``interval`` s: RSS of the operator, CPU seconds of the operator, apiserver, etcd."""
+
+    def __init__(self, pids: dict[str, int], tracker: Tracker, interval: float = 0.5) -> None:
+        super().__init__(name="sampler", daemon=True)
+        self.pids = pids
+        self.tracker = tracker
+        self.interval = interval
+        self.samples: list[dict[str, Any]] = []
+        self.stopped = threading.Event()
+
+    def sample(self) -> dict[str, Any]:
+        st = _proc_status(self.pids["operator"])
+        with self.tracker.lock:
+            created = len(self.tracker.created_at)
+            done = len(self.tracker.done_at)
+        row: dict[str, Any] = {
+            "t": time.time(),
+            "rss_mib": st.get("VmRSS", 0) / 1024,
+            "hwm_mib": st.get("VmHWM", 0) / 1024,
+            "created": created,
+            "done": done,
+        }
+        for name, pid in self.pids.items():
+            row[f"cpu_{name}"] = common.process_cpu_seconds(pid)
+        return row
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            self.samples.append(self.sample())
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(5)
+
+
+def _job_body(name: str, template: dict[str, Any]) -> dict[str, Any]:
+    body = copy.deepcopy(template)
+    body["metadata"] = {"name": name, "namespace": NAMESPACE}
+    return body
+
+
+def create_jobs(
+    api: Api, tracker: Tracker, names: list[str], template: dict[str, Any]
+) -> dict[str, Any]:
+    """POST the TrainJobs back to back; returns the submission timing."""
+    path = TRAINJOBS.format(ns=NAMESPACE)
+    t0 = time.time()
+    post_s = []
+    for name in names:
+        sent = time.time()
+        with tracker.lock:
+            tracker.created_at[name] = sent
+        status, body = api.request("POST", path, _job_body(name, template))
+        if status != 201:
+            raise RuntimeError(f"create TrainJob {name}: HTTP {status}: {body}")
+        post_s.append(time.time() - sent)
+    return {"submit_s": time.time() - t0, "post_ms_p50": common.median(post_s) * 1e3}
+
+
+def phase_figures(tracker: Tracker, names: list[str], label: str) -> dict[str, Any]:
+    """Latency percentiles and throughput of one phase's TrainJobs."""
+    with tracker.lock:
+        created = [tracker.created_at[n] for n in names]
+        lat = [tracker.done_at[n] - tracker.created_at[n] for n in names if n in tracker.done_at]
+        status = [
+            tracker.status_at[n] - tracker.created_at[n] for n in names if n in tracker.status_at
+        ]
+        last = max((tracker.done_at[n] for n in names if n in tracker.done_at), default=None)
+    stats = common.summarize(lat)
+    span = (last - min(created)) if last else None
+    return {
+        "phase": label,
+        "jobs": len(names),
+        "completed": len(lat),
+        "latency_s": lat,
+        "p50_s": stats["p50"],
+        "p90_s": stats["p90"],
+        "p99_s": stats["p99"],
+        "max_s": stats["max"],
+        "status_p50_s": common.median(status) if status else None,
+        "status_p99_s": common.percentile(status, 99) if status else None,
+        "span_s": span,
+        "jobs_per_s": len(lat) / span if span else None,
+        "cdf_s": common.quantile_curve(lat, 100),
+    }
+
+
+def scrape_metrics(port: int) -> dict[str, float]:
+    """The operator's ``trainjob_*`` Prometheus samples (name{labels} -> value)."""
+    out: dict[str, float] = {}
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        for line in resp.read().decode().splitlines():
+            if line.startswith("trainjob_") and " " in line:
+                key, _, value = line.rpartition(" ")
+                with contextlib.suppress(ValueError):
+                    out[key] = float(value)
+    return out
+
+
+def wait_quiet(metrics_port: int, timeout: float, quiet_s: float = 3.0) -> float:
+    """Wait until no create- or pod-triggered reconcile ran for ``quiet_s``; returns the wait."""
+    t0 = time.monotonic()
+
+    def event_reconciles() -> float:
+        m = scrape_metrics(metrics_port)
+        return sum(
+            v
+            for k, v in m.items()
+            if k.startswith("trainjob_reconciles_total{") and ('"pod"' in k or '"create"' in k)
+        )
+
+    last = event_reconciles()
+    while time.monotonic() - t0 < timeout:
+        time.sleep(quiet_s)
+        now = event_reconciles()
+        if now == last:
+            break
+        last = now
+    return time.monotonic() - t0
+
+
+def request_costs(env: Any, api: Api, repeats: int = 10) -> dict[str, Any]:
+    """With every TrainJob's children in the namespace (operator stopped): what one of the
+    reconciler's child LISTs costs, as it sends it and with the alternatives.
+
+    * ``list_etcd_ms``: ``GET pods?labelSelector=trainjob.dev/name=<one job>`` (no
+      ``resourceVersion``: a quorum read from etcd that decodes every pod of the namespace);
+    * ``list_cache_ms``: the same with ``resourceVersion=0`` (served from the watch cache);
+    * ``kubeclient_list_ms``: the operator's ``KubeClient.list`` (a new HTTPS connection per
+      request), same query as ``list_etcd_ms``;
+    * ``get_keepalive_ms`` / ``kubeclient_get_ms``: one small GET (the namespace) on a kept-alive
+      connection vs through ``KubeClient`` (TLS handshake every time).
+    """
+    from trainjob_operator.kube import KubeClient, KubeConfig
+
+    kube = KubeClient(KubeConfig(host=env.host, token=env.token, ca_file=str(env.ca_file)))
+    pods = f"/api/v1/namespaces/{NAMESPACE}/pods"
+    selector = urllib.parse.urlencode({"labelSelector": f"{NAME_LABEL}=burst-0000"})
+
+    def timed(fn: Any) -> float:
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return common.median(times) * 1e3
+
+    return {
+        "namespace_pods": len(api.request("GET", f"{pods}?resourceVersion=0")[1]["items"]),
+        "list_etcd_ms": timed(lambda: api.request("GET", f"{pods}?{selector}")),
+        "list_cache_ms": timed(lambda: api.request("GET", f"{pods}?{selector}&resourceVersion=0")),
+        "kubeclient_list_ms": timed(
+            lambda: kube.list("Pod", NAMESPACE, f"{NAME_LABEL}=burst-0000")
+        ),
+        "get_keepalive_ms": timed(lambda: api.request("GET", f"/api/v1/namespaces/{NAMESPACE}")),
+        "kubeclient_get_ms": timed(lambda: kube.request("GET", f"/api/v1/namespaces/{NAMESPACE}")),
+    }
+
+
+def expected_children(template: dict[str, Any]) -> dict[str, int]:
+    """What the operator's renderer makes for one TrainJob of this manifest, by kind."""
+    from trainjob_operator.api.models import parse_trainjob
+    from trainjob_operator.render import render_for_reconcile
+
+    obj = _job_body("probe", template)
+    obj["metadata"]["uid"] = "probe-uid"
+    counts: dict[str, int] = {}
+    for m in render_for_reconcile(parse_trainjob(obj), "probe-uid", 0, 0):
+        counts[m["kind"]] = counts.get(m["kind"], 0) + 1
+    return counts
+
+
+def start_operator(env: Any, workdir: Path) -> tuple[subprocess.Popen[bytes], int, Path]:
+    """``trainjob operator --namespace bench`` as a subprocess; waits for its liveness probe."""
+    kubeconfig = env.write_kubeconfig(workdir / "kubeconfig")
+    live_port, metrics_port = _free_port(), _free_port()
+    log_path = workdir / "operator.log"
+    log = log_path.open("wb")
+    exe = Path(sys.executable).with_name("trainjob")
+    cmd = [
+        str(exe),
+        "operator",
+        "--namespace",
+        NAMESPACE,
+        "--liveness",
+        f"http://127.0.0.1:{live_port}/healthz",
+        "--metrics-port",
+        str(metrics_port),
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+    )
+    deadline = time.monotonic() + 120
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"operator exited ({proc.returncode}):\n{_tail(log_path)}")
+        with (
+            contextlib.suppress(OSError),
+            urllib.request.urlopen(f"http://127.0.0.1:{live_port}/healthz", timeout=2) as r,
+        ):
+            if r.status == 200:
+                break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"operator not live after 120 s:\n{_tail(log_path)}")
+        time.sleep(0.5)
+    return proc, metrics_port, log_path
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    with contextlib.suppress(OSError):
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    return ""
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def _window(samples: list[dict[str, Any]], t0: float, t1: float) -> list[dict[str, Any]]:
+    return [s for s in samples if t0 <= s["t"] <= t1]
+
+
+def _cpu_share(samples: list[dict[str, Any]], key: str) -> float | None:
+    """CPU seconds per wall second of ``key`` over the samples (1.0 = one core)."""
+    vals = [(s["t"], s[key]) for s in samples if s.get(key) is not None]
+    if len(vals) < 2 or vals[-1][0] <= vals[0][0]:
+        return None
+    return float((vals[-1][1] - vals[0][1]) / (vals[-1][0] - vals[0][0]))
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """All three phases on one fresh API server and operator."""
+    import yaml
+
+    from trainjob_operator.testing import EnvTest, ensure_assets
+
+    template = yaml.safe_load(MANIFEST.read_text())
+    kinds = expected_children(template)
+    n_children = sum(kinds.values())
+    unknown = set(kinds) - set(CHILD_KINDS)
+    if unknown:
+        raise RuntimeError(f"the renderer makes kinds this benchmark does not watch: {unknown}")
+    workdir = common.scratch_dir("operator")
+    assets = ensure_assets()
+    result: dict[str, Any] = {"children_per_job": kinds}
+    with EnvTest(assets, controller_manager=False) as env:
+        env.apply_crd(CRD)
+        api = Api(env.host, env.token, str(env.ca_file))
+        status, body = api.request(
+            "POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}, "kind": "Namespace"}
+        )
+        if status != 201:
+            raise RuntimeError(f"create namespace: HTTP {status}: {body}")
+        tracker = Tracker(n_children)
+        watches = [
+            Watch(api, p.format(ns=NAMESPACE), {"labelSelector": NAME_LABEL}, tracker.on_child(k))
+            for k, p in CHILD_KINDS.items()
+            if k in kinds
+        ]
+        watches.append(Watch(api, TRAINJOBS.format(ns=NAMESPACE), {}, tracker.on_trainjob))
+        for w in watches:
+            w.start()
+        t_start = time.time()
+        proc, metrics_port, log_path = start_operator(env, workdir)
+        result["operator_start_s"] = time.time() - t_start
+        pids = {"operator": proc.pid}
+        for p in env._procs:  # the apiserver's and etcd's CPU time (read-only use)
+            pids[p.name.replace("-", "_")] = p.popen.pid
+        sampler = Sampler(pids, tracker)
+        time.sleep(2.0)  # let the operator settle after start-up
+        idle = sampler.sample()
+        sampler.start()
+        phases: list[dict[str, Any]] = []
+        marks: dict[str, float] = {}
+        try:
+            # 1. sequential
+            seq = [f"seq-{i:04d}" for i in range(args.sequential)]
+            marks["sequential_start"] = time.time()
+            for name in seq:
+                create_jobs(api, tracker, [name], template)
+                if not tracker.wait_done([name], args.timeout_s):
+                    raise RuntimeError(f"{name}: children not all created in {args.timeout_s} s")
+            phases.append(phase_figures(tracker, seq, "sequential"))
+            print(_phase_line(phases[-1]), flush=True)
+            # 2. burst
+            burst = [f"burst-{i:04d}" for i in range(args.jobs)]
+            marks["burst_start"] = time.time()
+            sub = create_jobs(api, tracker, burst, template)
+            ok = tracker.wait_done(burst, args.timeout_s)
+            marks["burst_end"] = time.time()
+            phases.append({**phase_figures(tracker, burst, "burst"), **sub, "all_done": ok})
+            print(_phase_line(phases[-1]), flush=True)
+            # 3. scale up to --total, then steady state
+            more = [f"scale-{i:04d}" for i in range(max(0, args.total - len(seq) - len(burst)))]
+            marks["scale_start"] = time.time()
+            sub = create_jobs(api, tracker, more, template)
+            ok = tracker.wait_done(more, args.timeout_s)
+            marks["scale_end"] = time.time()
+            phases.append({**phase_figures(tracker, more, "scale"), **sub, "all_done": ok})
+            print(_phase_line(phases[-1]), flush=True)
+            # The operator may still be working through queued pod events: steady state
+            # starts when no create/pod-triggered reconcile ran for a while.
+            marks["quiet_wait_s"] = wait_quiet(metrics_port, args.timeout_s)
+            metrics_before = scrape_metrics(metrics_port)
+            marks["settle_start"] = time.time()
+            time.sleep(args.settle_s)
+            marks["settle_end"] = time.time()
+            metrics = scrape_metrics(metrics_port)
+        finally:
+            sampler.stop()
+            for w in watches:
+                w.stop()
+            alive = proc.poll() is None
+            _stop(proc)
+            log_tail = _tail(log_path, 20)
+        errors = [str(w.error) for w in watches if w.error is not None]
+        if errors or not alive:
+            raise RuntimeError(f"watch errors {errors}, operator alive {alive}:\n{log_tail}")
+        result["request_costs"] = request_costs(env, api)
+    common.rmtree(workdir)
+
+    samples = sampler.samples
+    settle = _window(samples, marks["settle_start"], marks["settle_end"])
+    settle_s = marks["settle_end"] - marks["settle_start"]
+    steady: dict[str, float | None] = {
+        key.split('"')[1]: (metrics.get(key, 0.0) - metrics_before.get(key, 0.0)) / settle_s
+        for key in metrics
+        if key.startswith("trainjob_reconciles_total{")
+    }
+    n_rec = metrics.get("trainjob_reconcile_seconds_count", 0.0) - metrics_before.get(
+        "trainjob_reconcile_seconds_count", 0.0
+    )
+    s_rec = metrics.get("trainjob_reconcile_seconds_sum", 0.0) - metrics_before.get(
+        "trainjob_reconcile_seconds_sum", 0.0
+    )
+    with tracker.lock:
+        total_jobs = len(tracker.created_at)
+    result.update(
+        {
+            "phases": phases,
+            "marks": marks,
+            "total_jobs": total_jobs,
+            "rss_idle_mib": idle["rss_mib"],
+            "rss_after_burst_mib": next(
+                (s["rss_mib"] for s in samples if s["t"] >= marks["burst_end"]), None
+            ),
+            "rss_at_total_mib": common.median([s["rss_mib"] for s in settle]) if settle else None,
+            "rss_peak_mib": max((s["hwm_mib"] for s in samples), default=None),
+            "steady_cpu": {
+                k[len("cpu_") :]: _cpu_share(settle, k) for k in samples[0] if k.startswith("cpu_")
+            }
+            if samples and settle
+            else {},
+            "burst_cpu": {
+                k[len("cpu_") :]: _cpu_share(
+                    _window(samples, marks["burst_start"], marks["burst_end"]), k
+                )
+                for k in samples[0]
+                if k.startswith("cpu_")
+            }
+            if samples
+            else {},
+            "metrics": metrics,
+            # Reconciles per second by trigger while nothing changed (timers, mostly) and their
+            # mean duration; each TrainJob's timer alone asks for 1 / 5 s.
+            "steady_reconciles_per_s": steady,
+            "steady_reconcile_mean_s": s_rec / n_rec if n_rec else None,
+            "all_reconcile_mean_s": (
+                metrics.get("trainjob_reconcile_seconds_sum", 0.0)
+                / metrics["trainjob_reconcile_seconds_count"]
+                if metrics.get("trainjob_reconcile_seconds_count")
+                else None
+            ),
+            "samples": [
+                {k: v for k, v in s.items() if k in ("t", "rss_mib", "created", "done")}
+                for s in samples
+            ],
+        }
+    )
+    if result["rss_at_total_mib"] is not None:
+        result["rss_per_job_kib"] = (
+            (result["rss_at_total_mib"] - result["rss_idle_mib"]) * 1024 / max(total_jobs, 1)
+        )
+    return result
+
+
+def _phase_line(ph: dict[str, Any]) -> str:
+    rate = ph.get("jobs_per_s")
+    return (
+        f"[operator] {ph['phase']}: {ph['completed']}/{ph['jobs']} TrainJobs, children p50 "
+        f"{ph['p50_s']:.3f} s p99 {ph['p99_s']:.3f} s max {ph['max_s']:.3f} s; status p50 "
+        f"{common.fmt(ph['status_p50_s'], 3)} s; "
+        f"{'n/a' if rate is None else f'{rate:.1f}'} TrainJobs/s"
+    )
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller phases")
+    parser.add_argument("--sequential", type=int, help="one-at-a-time TrainJobs (20; 5 quick)")
+    parser.add_argument("--jobs", type=int, help="TrainJobs in the burst (200; 100 quick)")
+    parser.add_argument("--total", type=int, help="TrainJobs at the end (500; 250 quick)")
+    parser.add_argument("--settle-s", type=float, help="steady state at --total (30 s; 10 quick)")
+    parser.add_argument("--timeout-s", type=float, default=600.0, help="per phase")
+    args = parser.parse_args(argv)
+    args.sequential = args.sequential if args.sequential is not None else (5 if args.quick else 20)
+    args.jobs = args.jobs if args.jobs is not None else (100 if args.quick else 200)
+    args.total = args.total if args.total is not None else (250 if args.quick else 500)
+    args.settle_s = args.settle_s if args.settle_s is not None else (10.0 if args.quick else 30.0)
+
+    common.setup_paths()
+    result = run(args)
+    print(
+        f"[operator] RSS idle {result['rss_idle_mib']:.1f} MiB, at {result['total_jobs']} "
+        f"TrainJobs {common.fmt(result['rss_at_total_mib'], 1)} MiB (peak "
+        f"{common.fmt(result['rss_peak_mib'], 1)} MiB); steady CPU {result['steady_cpu']}",
+        flush=True,
+    )
+    data = {
+        "params": {
+            "sequential": args.sequential,
+            "jobs": args.jobs,
+            "total": args.total,
+            "settle_s": args.settle_s,
+            "manifest": str(MANIFEST.relative_to(common.REPO_ROOT)),
+            "timer_interval_s": 5.0,
+            "controller_manager": False,
+            "k8s_version": "1.20.2",
+            "quick": args.quick,
+        },
+        "ray_train": "not applicable (no operator in Ray Train)",
+        **result,
+    }
+    common.write_result(NAME, data)
+    return data
+
+
+if __name__ == "__main__":
+    main()
