@@ -9,6 +9,7 @@ import copy
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -572,11 +573,19 @@ def test_ttl_after_finished_deletes_the_trainjob(
     kube: KubeClient, operator: RunningOperator
 ) -> None:
     ns = operator.namespace
-    make_job(kube, ns, ttlSecondsAfterFinished=1)
+    # A TTL long enough that a busy CI machine still sees the Succeeded phase
+    # before the TrainJob goes away, short enough to keep the test quick.
+    ttl = 5
+    make_job(kube, ns, ttlSecondsAfterFinished=ttl)
     wait_for("4 pods", lambda: len(pods(kube, ns)) == 4)
     set_pod_phase(kube, ns, by_role(kube, ns, "driver")[0], "Succeeded")
-    wait_phase(kube, ns, "Succeeded")
-    wait_for("TrainJob deleted", lambda: kube.get("TrainJob", ns, "quickstart") is None, timeout=15)
+    status = wait_phase(kube, ns, "Succeeded")
+    finished_at = datetime.strptime(status["completionTime"], "%Y-%m-%dT%H:%M:%SZ").replace(
+        tzinfo=UTC
+    )
+    wait_for("TrainJob deleted", lambda: kube.get("TrainJob", ns, "quickstart") is None, timeout=30)
+    deleted_after = (datetime.now(UTC) - finished_at).total_seconds()
+    assert deleted_after >= ttl - 1, f"deleted {deleted_after:.1f}s after completion, TTL {ttl}s"
     wait_for("TTLExpired event", lambda: events(kube, ns, "TTLExpired"))
 
 
