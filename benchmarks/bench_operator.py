@@ -373,10 +373,12 @@ def request_costs(env: Any, api: Api, repeats: int = 10) -> dict[str, Any]:
     * ``list_etcd_ms``: ``GET pods?labelSelector=trainjob.dev/name=<one job>`` (no
       ``resourceVersion``: a quorum read from etcd that decodes every pod of the namespace);
     * ``list_cache_ms``: the same with ``resourceVersion=0`` (served from the watch cache);
-    * ``kubeclient_list_ms``: the operator's ``KubeClient.list`` (a new HTTPS connection per
-      request), same query as ``list_etcd_ms``;
+    * ``kubeclient_list_ms``: the operator's ``KubeClient.list(..., from_cache=True)``, as the
+      reconciler sends it (watch cache, kept-alive connection);
     * ``get_keepalive_ms`` / ``kubeclient_get_ms``: one small GET (the namespace) on a kept-alive
-      connection vs through ``KubeClient`` (TLS handshake every time).
+      connection vs through ``KubeClient``;
+    * ``new_connection_get_ms``: the same GET on a new HTTPS connection each time (TLS
+      handshake), as ``KubeClient`` sent every request before it kept connections alive.
     """
     from trainjob_operator.kube import KubeClient, KubeConfig
 
@@ -397,10 +399,16 @@ def request_costs(env: Any, api: Api, repeats: int = 10) -> dict[str, Any]:
         "list_etcd_ms": timed(lambda: api.request("GET", f"{pods}?{selector}")),
         "list_cache_ms": timed(lambda: api.request("GET", f"{pods}?{selector}&resourceVersion=0")),
         "kubeclient_list_ms": timed(
-            lambda: kube.list("Pod", NAMESPACE, f"{NAME_LABEL}=burst-0000")
+            lambda: kube.list("Pod", NAMESPACE, f"{NAME_LABEL}=burst-0000", from_cache=True)
         ),
         "get_keepalive_ms": timed(lambda: api.request("GET", f"/api/v1/namespaces/{NAMESPACE}")),
         "kubeclient_get_ms": timed(lambda: kube.request("GET", f"/api/v1/namespaces/{NAMESPACE}")),
+        "new_connection_get_ms": timed(
+            lambda: (
+                kube.close(),
+                kube.request("GET", f"/api/v1/namespaces/{NAMESPACE}"),
+            )
+        ),
     }
 
 

@@ -1,23 +1,24 @@
 """A small, dependency-free Kubernetes REST client (JSON in, JSON out).
 
 Used by the operator and by the in-pod driver. It sends manifests byte for
-byte (no client-side models), retries transient errors (429, 5xx, connection
-errors) with backoff, and raises :class:`ApiError` with the server's status,
-reason and message otherwise.
+byte (no client-side models), keeps one HTTP/1.1 connection alive per thread
+(a TLS handshake costs several times a small request), retries transient
+errors (429, 5xx, connection errors) with backoff, and raises
+:class:`ApiError` with the server's status, reason and message otherwise.
 """
 
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import os
 import random
 import ssl
 import tempfile
+import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -145,21 +146,81 @@ def _encode(body: Any, what: str) -> bytes:
 
 
 class KubeClient:
-    """JSON over HTTPS to one API server."""
+    """JSON over HTTPS to one API server; safe to share between threads.
+
+    Each thread keeps its own kept-alive connection. A connection the server closed while
+    idle (``RemoteDisconnected``, reset) is reopened and the request re-sent at once, without
+    counting as a failed attempt: every call the operator and driver make is idempotent
+    (create answers 409, delete 404, patches are merge patches).
+    """
 
     def __init__(self, config: KubeConfig, attempts: int = 5, timeout: float = 30.0) -> None:
         self.config = config
         self.attempts = attempts
         self.timeout = timeout
-        context = ssl.create_default_context(cafile=config.ca_file)
-        if config.insecure:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        if config.client_cert:
-            context.load_cert_chain(config.client_cert, config.client_key)
-        self._opener = urllib.request.build_opener(
-            urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
-        )
+        url = urllib.parse.urlsplit(config.host)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError(
+                f"API server address {config.host!r}: expected https://HOST[:PORT] "
+                "(or http:// for a local insecure port)"
+            )
+        self._scheme = url.scheme
+        self._hostname = url.hostname
+        self._port = url.port
+        self._base_path = url.path.rstrip("/")
+        self._ssl: ssl.SSLContext | None = None
+        if url.scheme == "https":
+            context = ssl.create_default_context(cafile=config.ca_file)
+            if config.insecure:
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+            if config.client_cert:
+                context.load_cert_chain(config.client_cert, config.client_key)
+            self._ssl = context
+        self._local = threading.local()
+
+    def _connection(self) -> http.client.HTTPConnection:
+        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._ssl is not None:
+                conn = http.client.HTTPSConnection(
+                    self._hostname, self._port, timeout=self.timeout, context=self._ssl
+                )
+            else:
+                conn = http.client.HTTPConnection(self._hostname, self._port, timeout=self.timeout)
+            self._local.conn = conn
+        return conn
+
+    def _drop_connection(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None:
+            conn.close()
+
+    def close(self) -> None:
+        """Close this thread's connection (others close when their threads end)."""
+        self._drop_connection()
+
+    def _send(
+        self, method: str, target: str, data: bytes | None, headers: dict[str, str]
+    ) -> tuple[int, bytes]:
+        """One exchange on this thread's connection; a stale kept-alive one is reopened once."""
+        for fresh in (False, True):
+            conn = self._connection()
+            reused = conn.sock is not None
+            try:
+                conn.request(method, target, body=data, headers=headers)
+                resp = conn.getresponse()
+                raw = resp.read()
+            except (http.client.HTTPException, OSError):
+                self._drop_connection()
+                if reused and not fresh:
+                    continue  # the server closed the idle connection: reconnect, re-send
+                raise
+            if resp.will_close:
+                self._drop_connection()
+            return resp.status, raw
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def request(
         self,
@@ -175,40 +236,40 @@ class KubeClient:
             ApiError: the server's answer (or ``Unreachable`` after the retries).
             ValueError: ``body`` holds a NaN or infinite float (never sent).
         """
-        url = self.config.host + path
+        target = self._base_path + path
         if query:
-            url += "?" + urllib.parse.urlencode(query)
+            target += "?" + urllib.parse.urlencode(query)
         data = None if body is None else _encode(body, f"{method} {path}")
+        headers = {"Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = content_type
+        if self.config.token:
+            headers["Authorization"] = f"Bearer {self.config.token}"
         delay = 0.2
         for attempt in range(1, self.attempts + 1):
-            req = urllib.request.Request(url, data=data, method=method)
-            req.add_header("Accept", "application/json")
-            if data is not None:
-                req.add_header("Content-Type", content_type)
-            if self.config.token:
-                req.add_header("Authorization", f"Bearer {self.config.token}")
             try:
-                with self._opener.open(req, timeout=self.timeout) as resp:
-                    raw = resp.read()
-                    return json.loads(raw) if raw else None
-            except urllib.error.HTTPError as exc:
-                raw = exc.read()
-                try:
-                    payload: Any = json.loads(raw)
-                except ValueError:
-                    payload = raw.decode("utf-8", "replace")
-                if exc.code in (429, 500, 502, 503, 504) and attempt < self.attempts:
-                    time.sleep(delay * (0.5 + random.random()))
-                    delay *= 2
-                    continue
-                raise ApiError(exc.code, payload, f"{method} {path}") from None
-            except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+                status, raw = self._send(method, target, data, headers)
+            except (http.client.HTTPException, OSError) as exc:
                 if attempt == self.attempts:
                     raise ApiError(
-                        0, {"reason": "Unreachable", "message": str(exc)}, f"{method} {path}"
+                        0,
+                        {"reason": "Unreachable", "message": f"{type(exc).__name__}: {exc}"},
+                        f"{method} {path}",
                     ) from exc
                 time.sleep(delay * (0.5 + random.random()))
                 delay *= 2
+                continue
+            if 200 <= status < 300:
+                return json.loads(raw) if raw else None
+            try:
+                payload: Any = json.loads(raw)
+            except ValueError:
+                payload = raw.decode("utf-8", "replace")
+            if status in (429, 500, 502, 503, 504) and attempt < self.attempts:
+                time.sleep(delay * (0.5 + random.random()))
+                delay *= 2
+                continue
+            raise ApiError(status, payload, f"{method} {path}")
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- conveniences -------------------------------------------------------------------------
@@ -223,11 +284,24 @@ class KubeClient:
             raise
 
     def list(
-        self, kind: str, namespace: str | None, label_selector: str | None = None
+        self,
+        kind: str,
+        namespace: str | None,
+        label_selector: str | None = None,
+        from_cache: bool = False,
     ) -> list[dict[str, Any]]:
-        """Every object of ``kind`` (each with ``kind`` filled in)."""
-        query = {"labelSelector": label_selector} if label_selector else None
-        data = self.request("GET", resource_path(kind, namespace), query=query)
+        """Every object of ``kind`` (each with ``kind`` filled in).
+
+        ``from_cache``: answer from the API server's watch cache (``resourceVersion=0``)
+        instead of a quorum read from etcd: far cheaper when a namespace holds many
+        objects, possibly a moment stale (as an informer's view is).
+        """
+        query: dict[str, str] = {}
+        if label_selector:
+            query["labelSelector"] = label_selector
+        if from_cache:
+            query["resourceVersion"] = "0"
+        data = self.request("GET", resource_path(kind, namespace), query=query or None)
         items: list[dict[str, Any]] = data.get("items", [])
         for item in items:
             item.setdefault("kind", kind)

@@ -1,8 +1,17 @@
 """The kopf operator: every trigger runs the same level-based reconcile.
 
 Triggers: TrainJob create / spec update / resume (operator restart), a
-periodic timer per TrainJob (deadlines, TTL, validation pool idling), and
-events of pods the operator manages (so pod phases are seen at once).
+periodic timer per TrainJob (deadlines, TTL, validation pool idling, the
+driver's status updates), and events of pods the operator manages (so pod
+phases are seen at once).
+
+Cost control, so that hundreds of TrainJobs stay cheap: a trigger that finds
+a reconcile of the same TrainJob already waiting to start is dropped (the
+waiting one reads the state after it); and a timer tick reconciles only when
+the TrainJob changed since the last timer reconcile (its ``resourceVersion``:
+the driver's status updates, annotations), when the last plan asked to be
+called back by now (a deadline, the TTL, a pool scale-down, a pod being
+replaced), or at least every ``resync_seconds`` as a safety net.
 
 Run with ``trainjob operator`` (or :func:`run_operator` in-process, as the tests do).
 """
@@ -32,7 +41,16 @@ logger = logging.getLogger("trainjob_operator")
 GROUP, VERSION, PLURAL = "trainjob.dev", "v1alpha1", "trainjobs"
 MANAGED = {"app.kubernetes.io/managed-by": "trainjob-operator"}
 
+#: Longest a TrainJob goes without a reconcile when nothing happens to it.
+DEFAULT_RESYNC_SECONDS = 60.0
+
 RECONCILES = Counter("trainjob_reconciles_total", "Reconcile runs", ["trigger"])
+SKIPPED = Counter(
+    "trainjob_reconciles_skipped_total",
+    "Triggers that needed no reconcile: coalesced into one already waiting, or a timer tick "
+    "with nothing changed or due",
+    ["trigger", "why"],
+)
 ERRORS = Counter("trainjob_reconcile_errors_total", "Reconcile runs that raised", ["trigger"])
 DURATION = Histogram("trainjob_reconcile_seconds", "Reconcile duration")
 PHASES = Gauge("trainjob_jobs", "TrainJobs by phase", ["phase"])
@@ -87,37 +105,91 @@ class KeyedLocks:
 class Operator:
     """Holds the API client and renderer the handlers share."""
 
-    def __init__(self, client: KubeClient, render: Renderer) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        render: Renderer,
+        resync_seconds: float = DEFAULT_RESYNC_SECONDS,
+    ) -> None:
         self.client = client
         self.render = render
+        self.resync_seconds = resync_seconds
         self._phases: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
         self._job_locks = KeyedLocks()
+        self._waiting: set[tuple[str, str]] = set()
+        #: per TrainJob: (monotonic time its next timer reconcile is due, resourceVersion the
+        #: last timer-triggered reconcile was started for)
+        self._timer_state: dict[tuple[str, str], tuple[float, str | None]] = {}
 
-    def reconcile(self, namespace: str, name: str, trigger: str) -> None:
+    def on_timer(self, namespace: str, name: str, resource_version: str | None) -> None:
+        """A timer tick: reconcile only if the TrainJob changed, a callback is due, or the
+        resync period passed (see the module docstring)."""
+        key = (namespace, name)
+        with self._lock:
+            due, seen_version = self._timer_state.get(key, (0.0, None))
+        unchanged = resource_version is not None and resource_version == seen_version
+        if unchanged and time.monotonic() < due:
+            SKIPPED.labels("timer", "unchanged").inc()
+            return
+        self.reconcile(namespace, name, "timer", resource_version=resource_version)
+
+    def reconcile(
+        self, namespace: str, name: str, trigger: str, resource_version: str | None = None
+    ) -> None:
         """Run one reconcile; errors are retried by kopf with backoff.
 
         kopf runs the handlers of different objects concurrently (the TrainJob's timer, its
         pods' events), so reconciles of one TrainJob are serialized here: each one reads the
         status and children the previous one wrote. Two at once would both act on the same
-        stale status (duplicate events, one's status patch undoing the other's).
+        stale status (duplicate events, one's status patch undoing the other's). A trigger
+        arriving while another reconcile of the job waits for the lock is dropped: the waiting
+        one has not read anything yet, so it sees whatever this trigger was about.
         """
+        key = (namespace, name)
+        with self._lock:
+            if key in self._waiting:
+                SKIPPED.labels(trigger, "coalesced").inc()
+                return
+            self._waiting.add(key)
+        try:
+            with self._job_locks.hold(key):
+                with self._lock:
+                    self._waiting.discard(key)
+                self._reconcile_locked(namespace, name, trigger, resource_version)
+        finally:
+            with self._lock:
+                self._waiting.discard(key)
+
+    def _reconcile_locked(
+        self, namespace: str, name: str, trigger: str, resource_version: str | None
+    ) -> None:
         RECONCILES.labels(trigger).inc()
         key = (namespace, name)
-        with self._job_locks.hold(key):
-            start = time.perf_counter()
-            try:
-                plan = reconcile_trainjob(self.client, namespace, name, self.render)
-            except Exception:
-                ERRORS.labels(trigger).inc()
-                raise
-            finally:
-                DURATION.observe(time.perf_counter() - start)
+        start = time.perf_counter()
+        started = time.monotonic()
+        try:
+            plan = reconcile_trainjob(self.client, namespace, name, self.render)
+        except Exception:
+            ERRORS.labels(trigger).inc()
+            with self._lock:
+                self._timer_state.pop(key, None)  # the next tick reconciles again
+            raise
+        finally:
+            DURATION.observe(time.perf_counter() - start)
         with self._lock:
             if plan is None:
-                self._phases.pop((namespace, name), None)
+                self._phases.pop(key, None)
+                self._timer_state.pop(key, None)
             else:
-                self._phases[(namespace, name)] = str(plan.status.get("phase"))
+                self._phases[key] = str(plan.status.get("phase"))
+                wait = self.resync_seconds
+                if plan.requeue_after is not None:
+                    wait = min(wait, plan.requeue_after)
+                _, seen_version = self._timer_state.get(key, (0.0, None))
+                if trigger == "timer":
+                    seen_version = resource_version
+                self._timer_state[key] = (started + wait, seen_version)
             counts: dict[str, int] = {}
             for phase in self._phases.values():
                 counts[phase] = counts.get(phase, 0) + 1
@@ -144,12 +216,15 @@ def register(
 
         return handler
 
+    def on_timer(name: str, namespace: str | None, meta: Any, **_: Any) -> None:
+        # meta: kopf's latest view of the TrainJob from its watch (no API call)
+        version = meta.get("resourceVersion")
+        operator.on_timer(str(namespace or ""), name, str(version) if version else None)
+
     kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)(on_trainjob("create"))
     kopf.on.update(GROUP, VERSION, PLURAL, field="spec", registry=registry)(on_trainjob("update"))
     kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)(on_trainjob("resume"))
-    kopf.timer(GROUP, VERSION, PLURAL, interval=timer_interval, registry=registry)(
-        on_trainjob("timer")
-    )
+    kopf.timer(GROUP, VERSION, PLURAL, interval=timer_interval, registry=registry)(on_timer)
 
     def on_pod(labels: Any, namespace: Any, **_: Any) -> None:
         job = labels.get(NAME_LABEL)
@@ -186,6 +261,7 @@ def run_operator(
     timer_interval: float = 5.0,
     render: Renderer | None = None,
     client: KubeClient | None = None,
+    resync_seconds: float = DEFAULT_RESYNC_SECONDS,
 ) -> None:
     """Run the operator until ``stop_flag`` is set (blocking; call it in a thread to embed).
 
@@ -193,7 +269,9 @@ def run_operator(
     own watches always use ``config``.
     """
     registry = kopf.OperatorRegistry()
-    operator = Operator(client or KubeClient(config), render or default_renderer())
+    operator = Operator(
+        client or KubeClient(config), render or default_renderer(), resync_seconds=resync_seconds
+    )
     register(registry, operator, timer_interval)
 
     def login(**_: Any) -> kopf.ConnectionInfo:

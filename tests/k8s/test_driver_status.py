@@ -132,3 +132,24 @@ def test_publisher_sends_nan_and_infinite_metrics_the_api_server_accepts(
 def test_kube_client_refuses_to_send_a_non_finite_float(kube: KubeClient) -> None:
     with pytest.raises(ValueError, match=r"PATCH .*NaN or infinite float"):
         kube.patch("TrainJob", "default", "nothing", {"status": {"x": float("nan")}})
+
+
+def test_kube_client_keeps_one_connection_alive_per_thread(
+    kube: KubeClient, k8s_namespace: str
+) -> None:
+    import threading
+
+    kube.list("Pod", k8s_namespace)
+    conn = kube._local.conn
+    sock = conn.sock
+    assert sock is not None  # kept open after the answer
+    kube.get("ServiceAccount", k8s_namespace, "default")
+    kube.list("Pod", k8s_namespace, "a=b", from_cache=True)
+    assert kube._local.conn is conn and conn.sock is sock  # no new TLS handshake
+    seen: list[Any] = []
+    worker = threading.Thread(
+        target=lambda: (kube.list("Pod", k8s_namespace), seen.append(kube._local.conn))
+    )
+    worker.start()
+    worker.join()
+    assert seen and seen[0] is not conn  # each thread has its own connection

@@ -116,6 +116,74 @@ def test_reconciles_of_different_trainjobs_run_concurrently(
     assert not started.broken
 
 
+def test_a_trigger_is_dropped_while_a_reconcile_of_the_same_job_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    inside = threading.Event()
+    release = threading.Event()
+    runs: list[str] = []
+
+    def fake(client: Any, namespace: str, name: str, render: Any) -> Plan:
+        runs.append(name)
+        if len(runs) == 1:
+            inside.set()
+            release.wait(5)
+        return Plan(status={"phase": "Running"})
+
+    monkeypatch.setattr(operator_main, "reconcile_trainjob", fake)
+    op = Operator(client=None, render=lambda *a: [])  # type: ignore[arg-type]
+    first = threading.Thread(target=op.reconcile, args=("ns", "a", "pod"))
+    first.start()
+    assert inside.wait(5)
+    second = threading.Thread(target=op.reconcile, args=("ns", "a", "pod"))
+    second.start()
+    deadline = time.monotonic() + 5
+    while ("ns", "a") not in op._waiting and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ("ns", "a") in op._waiting  # the second waits for the lock
+    op.reconcile("ns", "a", "pod")  # a third: returns at once, the second covers it
+    op.reconcile("ns", "b", "pod")  # another TrainJob is never coalesced with it
+    release.set()
+    first.join()
+    second.join()
+    assert runs == ["a", "b", "a"]
+    assert op._waiting == set()
+
+
+def test_timer_reconciles_only_on_change_when_due_or_at_resync(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runs: list[str] = []
+    requeue: list[float | None] = [None]
+
+    def fake(client: Any, namespace: str, name: str, render: Any) -> Plan:
+        runs.append(name)
+        return Plan(status={"phase": "Running"}, requeue_after=requeue[0])
+
+    monkeypatch.setattr(operator_main, "reconcile_trainjob", fake)
+    op = Operator(client=None, render=lambda *a: [], resync_seconds=3600)  # type: ignore[arg-type]
+    op.on_timer("ns", "a", "100")
+    op.on_timer("ns", "a", "100")  # nothing changed, nothing due
+    assert len(runs) == 1
+    op.on_timer("ns", "a", "101")  # changed (e.g. the driver's status update)
+    assert len(runs) == 2
+    requeue[0] = 0.0  # the plan asks to be called back at once (a deadline passes)
+    op.on_timer("ns", "a", "102")
+    op.on_timer("ns", "a", "102")
+    assert len(runs) == 4
+    requeue[0] = None
+    op.reconcile("ns", "a", "pod")  # another trigger: the timer still knows version 102
+    op.on_timer("ns", "a", "102")
+    assert len(runs) == 5
+    op.on_timer("ns", "b", None)  # no version known: always reconcile
+    op.on_timer("ns", "b", None)
+    assert runs[-2:] == ["b", "b"]
+    resync = Operator(client=None, render=lambda *a: [], resync_seconds=0)  # type: ignore[arg-type]
+    resync.on_timer("ns", "a", "100")
+    resync.on_timer("ns", "a", "100")  # the resync period (0 s) has passed
+    assert runs[-2:] == ["a", "a"]
+
+
 def test_keyed_locks_keep_a_waited_on_lock_after_its_holder_leaves() -> None:
     locks = KeyedLocks()
     inside = threading.Event()

@@ -17,6 +17,7 @@ from trainjob_operator.reconcile.plan import (
     keep_driver_pod,
     plan_reconcile,
     validation_replicas,
+    validation_scale_down_in,
 )
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, 0, tzinfo=dt.UTC)
@@ -190,6 +191,34 @@ def test_deadlines() -> None:
     )
 
 
+def test_deadlines_ask_to_be_reconciled_when_they_would_pass() -> None:
+    job = _job(failure={"activeDeadlineSeconds": 600, "startupDeadlineSeconds": 30})
+    start = plan_reconcile(job, {}, [], _desired(), NOW)
+    assert start.status["startTime"] == "2026-12-01T12:00:00Z"
+    assert start.requeue_after == pytest.approx(31)  # the startup deadline, plus a second
+    starting = plan_reconcile(
+        job, copy.deepcopy(start.status), _desired(), _desired(), NOW + dt.timedelta(seconds=10)
+    )
+    assert starting.requeue_after == pytest.approx(21)
+    running = plan_reconcile(
+        job, copy.deepcopy(start.status), _running(), _desired(), NOW + dt.timedelta(seconds=10)
+    )
+    assert running.status["phase"] == "Running"
+    assert running.requeue_after == pytest.approx(591)  # only the active deadline is left
+    nothing_due = plan_reconcile(_job(), {}, [], _desired(), NOW)
+    assert nothing_due.requeue_after is None  # no deadline: changes and resyncs only
+
+
+def test_requeue_at_most_keeps_the_earliest_request() -> None:
+    plan = Plan(status={})
+    plan.requeue_at_most(30)
+    plan.requeue_at_most(5)
+    plan.requeue_at_most(12)
+    assert plan.requeue_after == 5
+    plan.requeue_at_most(-3)
+    assert plan.requeue_after == 0
+
+
 def _validation_job(**pool: Any) -> TrainJob:
     settings = {"minReplicas": 0, "maxReplicas": 3, "idleSeconds": 60, **pool}
     return _job(validation={"entrypoint": "pkg.mod:validate", "maxConcurrent": 3, "pool": settings})
@@ -297,6 +326,18 @@ def test_validation_pool_goes_to_min_replicas_after_idle_seconds_without_demand(
         stamp,
     )
     assert validation_replicas(job, {}, {}, NOW)[0] == 1  # never below minReplicas
+
+
+def test_validation_scale_down_in_tells_when_an_idle_pool_shrinks() -> None:
+    job = _validation_job(minReplicas=1, idleSeconds=30)
+    stamp = validation_replicas(job, _demand(0, 2, 3), {}, NOW)[1]
+    assert stamp is not None
+    idle = {LAST_DEMAND_ANNOTATION: stamp}
+    later = NOW + dt.timedelta(seconds=12)
+    assert validation_scale_down_in(job, _demand(0, 0, 3), idle, later) == pytest.approx(18)
+    assert validation_scale_down_in(job, _demand(1, 0, 3), idle, later) is None  # busy
+    assert validation_scale_down_in(job, _demand(0, 0, 1), idle, later) is None  # at minimum
+    assert validation_scale_down_in(_job(validation=None), {}, idle, later) is None
 
 
 def test_validation_pool_respects_a_lowered_max_replicas() -> None:

@@ -22,6 +22,7 @@ from trainjob_operator.reconcile.plan import (
     plan_reconcile,
     set_condition,
     validation_replicas,
+    validation_scale_down_in,
 )
 
 logger = logging.getLogger(__name__)
@@ -56,7 +57,11 @@ def read_children(client: KubeClient, namespace: str, name: str) -> list[dict[st
     """Every child of the TrainJob, found by its ``trainjob.dev/name`` label."""
     out: list[dict[str, Any]] = []
     for kind in CHILD_KINDS:
-        out.extend(client.list(kind, namespace, f"{NAME_LABEL}={name}"))
+        # From the API server's watch cache: a quorum read decodes every object of the kind
+        # in the namespace (costly with hundreds of TrainJobs). The cache is at least as fresh
+        # as the watch event that triggered this reconcile; anything newer is seen by the next
+        # one, and creating what already exists is a harmless 409.
+        out.extend(client.list(kind, namespace, f"{NAME_LABEL}={name}", from_cache=True))
     return out
 
 
@@ -149,6 +154,9 @@ def reconcile_trainjob(
         return _invalid(client, obj, str(exc), now)
     observed = read_children(client, namespace, name)
     plan = plan_reconcile(job, status, observed, desired, now, generation=meta.get("generation"))
+    scale_down_in = validation_scale_down_in(job, status, annotations, now)
+    if scale_down_in is not None:
+        plan.requeue_at_most(scale_down_in + 1.0)
 
     for kind, child in plan.delete:
         client.delete(kind, namespace, child)

@@ -53,7 +53,15 @@ class Plan:
     delete: list[tuple[str, str]] = field(default_factory=list)  # (kind, name)
     events: list[Event] = field(default_factory=list)
     delete_trainjob: bool = False
+    #: seconds after which the operator should reconcile again even if nothing changes (a
+    #: deadline, the TTL, a pod being replaced); None: only on changes and periodic resync.
     requeue_after: float | None = None
+
+    def requeue_at_most(self, seconds: float) -> None:
+        """Ask to be reconciled again within ``seconds`` (the earliest request wins)."""
+        seconds = max(0.0, seconds)
+        if self.requeue_after is None or seconds < self.requeue_after:
+            self.requeue_after = seconds
 
 
 def _ts(now: dt.datetime) -> str:
@@ -271,6 +279,24 @@ def validation_replicas(
     return bounded(pool.min_replicas), stamp
 
 
+def validation_scale_down_in(
+    job: TrainJob, status: dict[str, Any], annotations: dict[str, str], now: dt.datetime
+) -> float | None:
+    """Seconds until :func:`validation_replicas` would shrink an idle pool to
+    ``pool.minReplicas`` (None when no scale-down is waiting)."""
+    validation = job.spec.validation
+    if validation is None:
+        return None
+    counts = status.get("validations") or {}
+    if int(counts.get("pending") or 0) + int(counts.get("running") or 0) > 0:
+        return None
+    current = int((status.get("validationPool") or {}).get("replicas") or 0)
+    last = _parse_ts(annotations.get(LAST_DEMAND_ANNOTATION))
+    if current <= validation.pool.min_replicas or last is None:
+        return None
+    return max(0.0, validation.pool.idle_seconds - (now - last).total_seconds())
+
+
 def plan_reconcile(
     job: TrainJob,
     status: dict[str, Any],
@@ -325,7 +351,7 @@ def plan_reconcile(
                 plan.delete_trainjob = True
                 plan.events.append(Event("Normal", "TTLExpired", f"deleted {ttl}s after finishing"))
             else:
-                plan.requeue_after = remaining
+                plan.requeue_at_most(remaining)
         return plan
 
     # -- suspend ------------------------------------------------------------------------------
@@ -371,7 +397,7 @@ def plan_reconcile(
         transition("Restarting", reason, message, "Warning")
         set_condition(new, "Restarting", True, reason, message, generation, now)
         delete_pods(keep_driver=False)
-        plan.requeue_after = 1.0
+        plan.requeue_at_most(1.0)
         return plan
 
     # -- the driver decides success ------------------------------------------------------------
@@ -454,7 +480,7 @@ def plan_reconcile(
         if key not in existing_keys:
             plan.create.append(obj)
         elif key[0] == "Pod" and key[1] in deleting:
-            plan.requeue_after = 1.0  # recreated once the old pod is gone
+            plan.requeue_at_most(1.0)  # recreated once the old pod is gone
     if not new.get("startTime") and any(d.get("kind") == "Pod" for d in desired):
         new["startTime"] = _ts(now)  # the pods of this run are created now
 
@@ -496,6 +522,13 @@ def plan_reconcile(
             "Starting",
             f"waiting for pods: {ready_workers}/{desired_workers} workers ready",
         )
-    if plan.requeue_after is None:
-        plan.requeue_after = 10.0
+    # Be called back when a deadline would pass (the operator otherwise only resyncs).
+    started = _parse_ts(new.get("startTime"))
+    if started is not None:
+        for limit in (
+            spec.failure.active_deadline_seconds,
+            None if _condition_true(new, "Running") else startup,
+        ):
+            if limit is not None:
+                plan.requeue_at_most((started - now).total_seconds() + limit + 1.0)
     return plan
