@@ -58,6 +58,11 @@ def test_quickstart_runs_on_embedded_ray_with_validation(tmp_path: Path) -> None
     assert "checkpoint checkpoint_000001: validated" in proc.stdout
     status = json.loads(out.read_text())["status"]
     assert status["phase"] == "Succeeded"
+    assert {c["type"]: c["status"] for c in status["conditions"]} == {
+        "Created": "True",
+        "Running": "False",
+        "Succeeded": "True",
+    }
     assert status["workers"] == {"ready": 2, "desired": 2}
     assert status["progress"]["step"] == 1  # epochs 0 and 1
     assert status["validations"] == {"pending": 0, "running": 0, "done": 2, "failed": 0}
@@ -84,6 +89,8 @@ def test_training_failure_exits_1_with_failed_status(tmp_path: Path) -> None:
     status = yaml.safe_load((tmp_path / "s.yaml").read_text())["status"]
     assert status["phase"] == "Failed"
     assert "ZeroDivisionError: the user's bug" in status["message"]
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "TrainingFailed" and "the user's bug" in failed["message"]
     assert "the user's bug" in proc.stderr
 
 

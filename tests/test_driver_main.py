@@ -150,4 +150,27 @@ def test_worker_group_failures_are_published_apart_from_cluster_restarts() -> No
     # The driver publishes workerFailures; the operator never overwrites it.
     assert "workerFailures" in DRIVER_STATUS_KEYS
     assert "workerFailures" not in OPERATOR_STATUS_KEYS
-    assert tracker.finish(None)["workerFailures"] == 1
+    final = tracker.finish(None)
+    assert final["workerFailures"] == 1
+    conditions = {c["type"]: c for c in final["conditions"]}
+    assert conditions["Created"]["status"] == "True"
+    assert conditions["Restarting"]["reason"] == "WorkerGroupFailed"
+    assert "worker 1 died" in conditions["Restarting"]["message"]
+    assert conditions["Succeeded"]["status"] == "True"
+    assert conditions["Running"]["status"] == "False"
+    assert "Failed" not in conditions
+
+
+def test_a_failed_run_has_the_failed_condition_with_the_error() -> None:
+    from trainjob_operator.driver import StatusTracker
+
+    tracker = StatusTracker()
+    tracker.on_run_start("/runs/x", 2, 0)
+    assert {c["type"]: c["status"] for c in tracker.snapshot()["conditions"]} == {
+        "Created": "True",
+        "Running": "True",
+    }
+    final = tracker.finish(ZeroDivisionError("division by zero"))
+    failed = next(c for c in final["conditions"] if c["type"] == "Failed")
+    assert failed["status"] == "True" and failed["reason"] == "TrainingFailed"
+    assert failed["message"] == "division by zero"

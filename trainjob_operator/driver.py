@@ -21,6 +21,7 @@ from typing import Any
 from trainer_runtime.callbacks import Callback
 from trainer_runtime.checkpoint_manager import CheckpointRecord, CheckpointStatus
 from trainjob_operator.api.models import TrainJob, split_entrypoint
+from trainjob_operator.reconcile.plan import set_condition
 from trainjob_operator.render.workers import gpus_per_worker
 
 DEFAULT_LOCAL_STORAGE = "~/trainjob_results"
@@ -256,6 +257,10 @@ class StatusTracker(Callback):
 
     The status is always valid JSON for the API server: non-finite floats in metrics become
     strings (:func:`json_safe`) and a non-finite ``bestCheckpoint.score`` becomes null.
+
+    Phase and conditions (``Created``, ``Running``, ``Restarting``, ``Succeeded``, ``Failed``)
+    are what ``trainjob run`` reports; on a cluster the operator owns those keys and the driver
+    publishes only its own (``DRIVER_STATUS_KEYS``).
     """
 
     def __init__(self, score_attribute: str | None = None) -> None:
@@ -271,6 +276,10 @@ class StatusTracker(Callback):
         }
         self._validated: dict[str, str] = {}
         self._latest_round = -1
+        self._condition("Created", True, "Created", "TrainJob accepted")
+
+    def _condition(self, type_: str, true: bool, reason: str, message: str) -> None:
+        set_condition(self.status, type_, true, reason, message, None, dt.datetime.now(dt.UTC))
 
     def snapshot(self) -> dict[str, Any]:
         """A copy of the current status."""
@@ -284,6 +293,9 @@ class StatusTracker(Callback):
         with self._lock:
             self.status["phase"] = "Running"
             self.status["workers"] = {"ready": world_size, "desired": world_size}
+            self._condition("Running", True, "WorkersReady", f"{world_size} worker(s) running")
+            if attempt > 0:
+                self._condition("Restarting", False, "Running", "worker group restarted")
 
     def on_report(self, round_index: int, metrics: dict[str, Any]) -> None:
         """Rank 0 reported."""
@@ -337,6 +349,14 @@ class StatusTracker(Callback):
             self.status["workerFailures"] = failures
             self.status["phase"] = "Restarting" if will_restart else "Failed"
             self.status["message"] = str(error).splitlines()[0]
+            if will_restart:
+                self._condition(
+                    "Restarting",
+                    True,
+                    "WorkerGroupFailed",
+                    f"{self.status['message']}; restarting from the latest checkpoint",
+                )
+                self._condition("Running", False, "WorkerGroupFailed", self.status["message"])
 
     def finish(self, error: BaseException | None) -> dict[str, Any]:
         """Final status: Succeeded, or Failed with the error as message."""
@@ -345,8 +365,12 @@ class StatusTracker(Callback):
             self.status["completionTime"] = _now()
             if error is not None:
                 self.status["message"] = str(error).splitlines()[0]
+                self._condition("Failed", True, "TrainingFailed", self.status["message"])
+                self._condition("Running", False, "TrainingFailed", self.status["message"])
             else:
                 self.status["message"] = "training finished"
+                self._condition("Succeeded", True, "TrainingFinished", "training finished")
+                self._condition("Running", False, "Succeeded", "training finished")
             out = dict(self.status)
         from trainjob_operator.api.models import TrainJobStatus
 
