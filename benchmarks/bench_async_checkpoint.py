@@ -579,7 +579,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument("--step-s", type=float, default=0.5, help="compute per step (0.5 s)")
     parser.add_argument("--every", type=int, help="steps between checkpoints (10; 8 --quick)")
-    parser.add_argument("--checkpoints", type=int, help="checkpoints per mode (2; 1 --large)")
+    parser.add_argument("--checkpoints", type=int, help="checkpoints per mode (default 2)")
     parser.add_argument("--storage", default="local,gcs", help="local,gcs")
     parser.add_argument("--frameworks", default="ours,ray_train", help="ours,ray_train")
     parser.add_argument("--workers", type=int, default=1)
@@ -596,7 +596,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.every is None:
         args.every = 60 if args.large else 8 if args.quick else 10
     if args.checkpoints is None:
-        args.checkpoints = 1 if args.large else 2
+        args.checkpoints = 2
     args.storage = [s for s in args.storage.split(",") if s]
     args.frameworks = [f for f in args.frameworks.split(",") if f]
 

@@ -43,7 +43,7 @@ BENCHES: dict[str, tuple[str, list[str]]] = {
     "local": ("benchmarks/bench_local.py", []),
     "operator": ("benchmarks/bench_operator.py", []),
 }
-#: Not run by ``--quick`` (unless named with ``--only``): 1 GiB every 30 s takes ~10 minutes.
+#: Not run by ``--quick`` (unless named with ``--only``): 1 GiB every 30 s takes ~20 minutes.
 NOT_QUICK = ("async_checkpoint_1gib",)
 
 # The goals the runtime is held to.
