@@ -31,8 +31,9 @@ Per phase:
 
 Raw bounds, measured in the driver with the same file size: ``shutil.copyfile`` between two
 local folders, ``google-cloud-storage`` ``Blob.upload_from_filename`` to the emulator
-(defaults, and with ours' 32 MiB chunks), ``pyarrow.fs.copy_files`` to the emulator (64 MiB
-chunks, as Ray Train), and trainer_runtime's own ``LocalStorage``/``GCSStorage.upload_dir``.
+(defaults, of a freshly written file and of one long on disk; and with 32 MiB chunks),
+``pyarrow.fs.copy_files`` to the emulator (64 MiB chunks, as Ray Train), and trainer_runtime's
+own ``LocalStorage``/``GCSStorage.upload_dir``.
 
 Usage::
 
@@ -401,6 +402,10 @@ def raw_bounds(args: argparse.Namespace, emulator: common.Emulator | None) -> di
     the runs. ``local_copyfile_unlinked`` is the old, optimistic figure: the same source file
     copied again and again and the copy deleted at once, which never reaches the disk (page
     cache speed).
+
+    GCS the same way: ``gcs_plain_fresh`` (the bound) and ``ours_gcs_upload_dir`` upload a file
+    written just before (untimed), as a checkpoint is; ``gcs_plain`` uploads one file that has
+    long been on disk (no write-back competing), for reference.
     """
     import numpy as np
 
@@ -509,23 +514,39 @@ def raw_bounds(args: argparse.Namespace, emulator: common.Emulator | None) -> di
                     chunk_size=64 * MiB,  # what Ray Train passes
                 )
 
+            fresh_root = common.scratch_dir("raw-fresh")
+
+            def write_fresh(i: int) -> None:
+                # Like the train loop: the file is written just before it is uploaded, so the
+                # upload competes with the write-back of its dirty pages (untimed).
+                folder = fresh_root / f"fresh_{i}"
+                folder.mkdir()
+                with open(folder / "weights.bin", "wb") as fh:
+                    fh.write(payload.data)
+
+            def plain_fresh(i: int) -> None:
+                blob = bucket.blob(f"plain_fresh/{i}/weights.bin")
+                blob.upload_from_filename(str(fresh_root / f"fresh_{i}" / "weights.bin"))
+
             def ours_gcs(i: int) -> None:
                 from trainer_runtime.storage.gcs import GCSStorage
 
-                GCSStorage().upload_dir(src_dir, f"gs://{bucket_name}/ours/{i}")
+                GCSStorage().upload_dir(fresh_root / f"fresh_{i}", f"gs://{bucket_name}/ours/{i}")
 
             def delete_all(i: int) -> None:
                 # The emulator keeps objects in memory: drop each upload once timed (a few
                 # 1 GiB objects plus the garbage of chunked uploads exhaust the machine's RAM).
                 for blob in list(bucket.list_blobs()):
                     blob.delete()
+                common.rmtree(fresh_root / f"fresh_{i}")
 
             try:
                 plain(-1)  # warm-up (connection, server allocation)
                 delete_all(-1)
                 cases: list[tuple[Any, ...]] = [
+                    ("gcs_plain_fresh", plain_fresh, write_fresh, delete_all),
+                    ("ours_gcs_upload_dir", ours_gcs, write_fresh, delete_all),
                     ("gcs_plain", plain, None, delete_all),
-                    ("ours_gcs_upload_dir", ours_gcs, None, delete_all),
                     ("gcs_chunked_32mib", chunked, None, delete_all),
                 ]
                 if "ray_train" in args.frameworks:
@@ -533,6 +554,7 @@ def raw_bounds(args: argparse.Namespace, emulator: common.Emulator | None) -> di
                 measure(cases, args.raw_repeats)
             finally:
                 emulator.delete_bucket(bucket_name)
+                common.rmtree(fresh_root)
     finally:
         common.rmtree(src_dir)
         common.rmtree(dst_dir)
