@@ -419,6 +419,12 @@ def raw_bounds(args: argparse.Namespace, emulator: common.Emulator | None) -> di
         fh.write(payload.data)
     out: dict[str, Any] = {"size_mib": args.size_mib, "repeats": args.raw_repeats}
 
+    def write_payload(folder: Path) -> None:
+        """Write the checkpoint file into a new ``folder``, as the train loop does (untimed)."""
+        folder.mkdir()
+        with open(folder / "weights.bin", "wb") as fh:
+            fh.write(payload.data)
+
     def measure(cases: list[tuple[Any, ...]], repeats: int) -> None:
         """Run the cases round-robin ``repeats`` times (drift hits all alike); keep medians.
 
@@ -450,10 +456,7 @@ def raw_bounds(args: argparse.Namespace, emulator: common.Emulator | None) -> di
             kept: list[Path] = []
 
             def fresh_source(i: int) -> None:
-                folder = src_dir / f"fresh_{len(kept)}_{i}"
-                folder.mkdir()
-                with open(folder / "weights.bin", "wb") as fh:
-                    fh.write(payload.data)
+                write_payload(src_dir / f"fresh_{len(kept)}_{i}")
 
             def keep(target: Path, source: Path) -> None:
                 common.rmtree(source)  # ASYNC deletes the local folder after the upload
@@ -517,12 +520,9 @@ def raw_bounds(args: argparse.Namespace, emulator: common.Emulator | None) -> di
             fresh_root = common.scratch_dir("raw-fresh")
 
             def write_fresh(i: int) -> None:
-                # Like the train loop: the file is written just before it is uploaded, so the
-                # upload competes with the write-back of its dirty pages (untimed).
-                folder = fresh_root / f"fresh_{i}"
-                folder.mkdir()
-                with open(folder / "weights.bin", "wb") as fh:
-                    fh.write(payload.data)
+                # Written just before it is uploaded, so the upload competes with the
+                # write-back of its dirty pages.
+                write_payload(fresh_root / f"fresh_{i}")
 
             def plain_fresh(i: int) -> None:
                 blob = bucket.blob(f"plain_fresh/{i}/weights.bin")
@@ -538,14 +538,17 @@ def raw_bounds(args: argparse.Namespace, emulator: common.Emulator | None) -> di
                 # 1 GiB objects plus the garbage of chunked uploads exhaust the machine's RAM).
                 for blob in list(bucket.list_blobs()):
                     blob.delete()
+
+            def delete_all_and_fresh(i: int) -> None:
+                delete_all(i)
                 common.rmtree(fresh_root / f"fresh_{i}")
 
             try:
                 plain(-1)  # warm-up (connection, server allocation)
                 delete_all(-1)
                 cases: list[tuple[Any, ...]] = [
-                    ("gcs_plain_fresh", plain_fresh, write_fresh, delete_all),
-                    ("ours_gcs_upload_dir", ours_gcs, write_fresh, delete_all),
+                    ("gcs_plain_fresh", plain_fresh, write_fresh, delete_all_and_fresh),
+                    ("ours_gcs_upload_dir", ours_gcs, write_fresh, delete_all_and_fresh),
                     ("gcs_plain", plain, None, delete_all),
                     ("gcs_chunked_32mib", chunked, None, delete_all),
                 ]

@@ -43,7 +43,7 @@ BENCHES: dict[str, tuple[str, list[str]]] = {
     "local": ("benchmarks/bench_local.py", []),
     "operator": ("benchmarks/bench_operator.py", []),
 }
-#: Not run by ``--quick`` (unless named with ``--only``): 1 GiB every 30 s takes ~20 minutes.
+#: Not run by ``--quick`` (unless named with ``--only``): 1 GiB every 30 s takes ~25 minutes.
 NOT_QUICK = ("async_checkpoint_1gib",)
 
 # The goals the runtime is held to.
@@ -236,10 +236,7 @@ def _fit(data: dict[str, Any], framework: str, storage: str) -> dict[str, Any] |
 
 def _raw_bound(data: dict[str, Any], storage: str) -> tuple[str, float | None]:
     raw = data.get("raw", {})
-    if storage == "local":
-        key = "local_copyfile"
-    else:  # results written before the fresh-file bound existed have only gcs_plain
-        key = "gcs_plain_fresh" if "gcs_plain_fresh" in raw else "gcs_plain"
+    key = "local_copyfile" if storage == "local" else "gcs_plain_fresh"
     entry = raw.get(key)
     return key, (entry["mib_s"] if entry else None)
 
@@ -799,7 +796,7 @@ Do not edit by hand: re-run the benchmarks.
 ```sh
 .venv/bin/python benchmarks/run_all.py --install-deps  # once: ray.train's missing deps
 .venv/bin/python benchmarks/run_all.py --quick         # everything but 1 GiB, ~15 minutes
-.venv/bin/python benchmarks/run_all.py                 # default sizes, ~35 minutes
+.venv/bin/python benchmarks/run_all.py                 # default sizes, ~45 minutes
 .venv/bin/python benchmarks/run_all.py --only startup  # one benchmark (repeatable)
 .venv/bin/python benchmarks/run_all.py --render-only   # re-render from stored results
 ```
