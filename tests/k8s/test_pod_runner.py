@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import textwrap
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +15,14 @@ import pytest
 from tests.k8s.test_operator import wait_for
 from trainjob_operator.kube import KubeClient, KubeConfig
 from trainjob_operator.testing import EnvTest
-from trainjob_operator.testing.pod_runner import PodRunner, _Network, expand_env_refs
+from trainjob_operator.testing.pod_runner import (
+    PodRunner,
+    _Network,
+    container_argv,
+    expand_env_refs,
+    host_folders_under_tmp,
+    namespaces_available,
+)
 
 # --------------------------------------------------------------------------- pure parts
 
@@ -99,6 +108,36 @@ def pod(name: str, command: list[str], **spec: Any) -> dict[str, Any]:
         "metadata": {"name": name, "labels": {"app": "t"}},
         "spec": {"restartPolicy": "Never", "containers": [container], **spec},
     }
+
+
+def test_folders_under_tmp_the_runner_runs_from_stay_visible_in_containers(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A checkout or virtualenv in ``/tmp/x`` (a CI clone there) must not vanish when a
+    container's own ``/tmp`` is mounted; everything else under the host's ``/tmp`` must."""
+    if not namespaces_available():
+        pytest.skip("needs Linux PID and mount namespaces (unshare)")
+    import subprocess
+    import tempfile
+
+    host = Path(tempfile.mkdtemp(prefix="tj-host-", dir="/tmp"))
+    try:
+        (host / "code.txt").write_text("from the host\n")
+        private = tmp_path_factory.mktemp("container-tmp")
+        read = ["/bin/sh", "-c", f"cat {host}/code.txt && ls /tmp"]
+
+        kept = subprocess.run(
+            container_argv(read, private, keep=[str(host)]), capture_output=True, text=True
+        )
+        assert kept.returncode == 0, kept.stderr
+        assert kept.stdout.splitlines() == ["from the host", host.name]
+
+        hidden = subprocess.run(container_argv(read, private, keep=[]), capture_output=True)
+        assert hidden.returncode != 0
+    finally:
+        shutil.rmtree(host, ignore_errors=True)
+
+    assert str(host) not in host_folders_under_tmp()  # only what this process runs from
 
 
 def phase(kube: KubeClient, ns: str, name: str) -> str | None:

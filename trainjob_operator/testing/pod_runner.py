@@ -92,6 +92,7 @@ import logging
 import math
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -193,7 +194,6 @@ def expand_env_refs(text: str, env: Mapping[str, str]) -> str:
 # Containers: a PID and mount namespace per Pod, when this machine allows it
 # --------------------------------------------------------------------------------------------
 
-_MOUNT_TMP = 'mount --bind "$0" /tmp && exec "$@"'
 _namespaces_checked: bool | None = None
 
 
@@ -216,10 +216,42 @@ def _unshare_prefix() -> list[str]:
     ]
 
 
-def container_argv(argv: list[str], tmp: Path) -> list[str]:
+def host_folders_under_tmp() -> list[str]:
+    """The folders directly under ``/tmp`` that this process runs from (its virtualenv, its
+    ``sys.path``, its working directory): a checkout in ``/tmp/x`` must stay visible to the
+    containers it starts, whose own ``/tmp`` replaces the host's."""
+    tmp = Path("/tmp").resolve()
+    found = set()
+    for raw in [sys.prefix, os.getcwd(), *sys.path]:
+        if not raw:
+            continue
+        path = Path(raw).absolute()
+        for candidate in {path, path.resolve()}:
+            if candidate.is_relative_to(tmp) and candidate != tmp:
+                found.add(str(tmp / candidate.relative_to(tmp).parts[0]))
+    return sorted(found)
+
+
+def container_argv(argv: list[str], tmp: Path, keep: list[str] | None = None) -> list[str]:
     """Run ``argv`` as a container: PID 1 of a new PID namespace with its own ``/proc``, and
-    ``tmp`` mounted on ``/tmp`` in a new mount namespace."""
-    return [*_unshare_prefix(), "/bin/sh", "-c", _MOUNT_TMP, str(tmp), *argv]
+    ``tmp`` mounted on ``/tmp`` in a new mount namespace.
+
+    ``keep`` (default :func:`host_folders_under_tmp`): host folders directly under ``/tmp`` that
+    stay visible at the same path inside the container (bound into ``tmp`` first). A folder
+    holding ``tmp`` itself is left out.
+    """
+    private = Path(tmp).absolute()
+    binds = []
+    for folder in host_folders_under_tmp() if keep is None else keep:
+        name = Path(folder).name
+        if private.is_relative_to(Path(folder).absolute()):
+            continue
+        binds.append(
+            f'mkdir -p "$0"/{shlex.quote(name)} && mount --bind {shlex.quote(folder)} '
+            f'"$0"/{shlex.quote(name)} && '
+        )
+    script = "".join(binds) + 'mount --rbind "$0" /tmp && exec "$@"'
+    return [*_unshare_prefix(), "/bin/sh", "-c", script, str(tmp), *argv]
 
 
 def namespaces_available() -> bool:
