@@ -33,7 +33,10 @@ Raw bounds, measured in the driver with the same file size: ``shutil.copyfile`` 
 local folders, ``google-cloud-storage`` ``Blob.upload_from_filename`` to the emulator
 (defaults, of a freshly written file and of one long on disk; and with 32 MiB chunks),
 ``pyarrow.fs.copy_files`` to the emulator (64 MiB chunks, as Ray Train), and trainer_runtime's
-own ``LocalStorage``/``GCSStorage.upload_dir``.
+own ``LocalStorage``/``GCSStorage.upload_dir``. The bounds and our ``upload_dir`` each start
+after ``--raw-gap-s`` idle seconds, as a run's uploads start after a checkpoint interval of
+compute: on a VM that hands freed memory back to its host, that decides whether the page cache
+fills at memory speed or pays a host page fault per page (``memory_touch_*`` show it alone).
 
 Usage::
 
@@ -76,18 +79,18 @@ def _dir_bytes(path: str) -> int:
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
 
 
+def _log_upload(log_path: Path, phase: str, nbytes: int, seconds: float, started: float) -> None:
+    """Append one JSON line for a finished upload to ``log_path``."""
+    line = {"bytes": nbytes, "seconds": seconds, "started": started, "phase": phase}
+    with open(log_path, "a") as fh:
+        fh.write(json.dumps(line) + "\n")
+
+
 def _instrument_uploads(framework: str, log_path: Path, phase: dict[str, str]) -> None:
     """Append one JSON line per finished upload (bytes, seconds, phase) to ``log_path``."""
 
     def log(nbytes: int, seconds: float, started: float) -> None:
-        line = {
-            "bytes": nbytes,
-            "seconds": seconds,
-            "started": started,
-            "phase": phase["name"],
-        }
-        with open(log_path, "a") as fh:
-            fh.write(json.dumps(line) + "\n")
+        _log_upload(log_path, phase["name"], nbytes, seconds, started)
 
     if framework == "ours":
         from trainer_runtime._session import get_session
@@ -127,6 +130,55 @@ def _instrument_uploads(framework: str, log_path: Path, phase: dict[str, str]) -
     cls._upload_checkpoint = _upload_checkpoint  # type: ignore[method-assign]
 
 
+class PlainTransfer:
+    """The in-run raw bound: the library alone stores a checkpoint folder, synchronously.
+
+    ``shutil.copyfile`` into a folder under ``target`` (local), or google-cloud-storage
+    ``Blob.upload_from_filename`` with its defaults (``gs://``, the emulator named by
+    ``STORAGE_EMULATOR_HOST``); the 2 newest copies are kept, as ``num_to_keep=2`` does.
+    """
+
+    def __init__(self, target: str) -> None:
+        self.target = target.rstrip("/")
+        self.kept: list[str] = []
+        self.bucket: Any = None
+        if self.target.startswith("gs://"):
+            from google.auth.credentials import AnonymousCredentials
+            from google.cloud import storage
+
+            client = storage.Client(project="bench", credentials=AnonymousCredentials())
+            name, _, self.prefix = self.target[len("gs://") :].partition("/")
+            self.bucket = client.bucket(name)
+
+    def store(self, folder: Path, index: int) -> int:
+        """Store every file of ``folder`` as checkpoint ``index``; the bytes stored."""
+        files = sorted(p for p in folder.rglob("*") if p.is_file())
+        if self.bucket is None:
+            dest = Path(self.target) / f"raw_{index:06d}"
+            for f in files:
+                target = dest / f.relative_to(folder)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(f, target)
+            self.kept.append(str(dest))
+        else:
+            dest_prefix = f"{self.prefix}/raw_{index:06d}"
+            for f in files:
+                blob = self.bucket.blob(f"{dest_prefix}/{f.relative_to(folder).as_posix()}")
+                blob.upload_from_filename(str(f))
+            self.kept.append(dest_prefix)
+        return sum(f.stat().st_size for f in files)
+
+    def prune(self) -> None:
+        """Delete all but the 2 newest copies (untimed, like the frameworks' own pruning)."""
+        while len(self.kept) > 2:
+            old = self.kept.pop(0)
+            if self.bucket is None:
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                for blob in list(self.bucket.list_blobs(prefix=f"{old}/")):
+                    blob.delete()
+
+
 def checkpoint_loop(config: dict[str, Any]) -> None:
     """The measured train function (one worker; either framework)."""
     import torch
@@ -157,6 +209,7 @@ def checkpoint_loop(config: dict[str, Any]) -> None:
     payload = torch.randint(0, 256, (config["size_bytes"],), dtype=torch.uint8).numpy()
     tmp_root = Path(config["local_tmp"])
     modes = {"sync": CheckpointUploadMode.SYNC, "async": CheckpointUploadMode.ASYNC}
+    plain = PlainTransfer(config["raw_target"]) if config.get("raw_target") else None
     phases: list[dict[str, Any]] = []
     step = 0
     for name, n_ckpt in config["phases"]:
@@ -181,6 +234,19 @@ def checkpoint_loop(config: dict[str, Any]) -> None:
                 fh.write(payload.data)
             (folder / "meta.json").write_text(json.dumps({"step": step}))
             write_s += time.perf_counter() - w0
+            if name == "raw":  # the library alone, blocking the loop like SYNC
+                assert plain is not None
+                started, r0, c0 = time.time(), time.perf_counter(), time.thread_time()
+                nbytes = plain.store(folder, step)
+                seconds = time.perf_counter() - r0
+                report_s.append(seconds)
+                report_cpu_s.append(time.thread_time() - c0)
+                _log_upload(out_dir / f"uploads_{rank}.jsonl", name, nbytes, seconds, started)
+                d0 = time.perf_counter()
+                shutil.rmtree(folder, ignore_errors=True)
+                plain.prune()
+                cleanup_s += time.perf_counter() - d0
+                continue
             r0, c0 = time.perf_counter(), time.thread_time()
             api.report(
                 {"step": step, "phase": name},
@@ -338,7 +404,12 @@ def run_fit(
     else:
         storage = str(storage_dir)
     phases = [("baseline", 0)] if args.baseline_steps > 0 else []
-    phases += [("sync", args.checkpoints), ("async", args.checkpoints)]
+    phases += [("sync", args.checkpoints)]
+    raw_target = None
+    if framework == "ours":  # the in-run raw bound, once per storage, between the two modes
+        phases += [("raw", args.checkpoints)]
+        raw_target = f"{storage}/plain" if storage_kind == "gcs" else str(storage_dir / "plain")
+    phases += [("async", args.checkpoints)]
     config = {
         "framework": framework,
         "out_dir": str(out_dir),
@@ -351,6 +422,7 @@ def run_fit(
         "matmul_n": args.matmul_n,
         "torch_threads": args.torch_threads,
         "iters_per_step": iters_per_step,
+        "raw_target": raw_target,
     }
     emu_cpu0 = common.process_cpu_seconds(emulator.pid) if emulator else None
     try:
@@ -395,17 +467,22 @@ def run_fit(
 def raw_bounds(args: argparse.Namespace, emulator: common.Emulator | None) -> dict[str, Any]:
     """Plain file copies and plain uploads of one file of the checkpoint's size.
 
-    Local storage, like the runs do it: every repeat first writes a fresh file of random bytes
-    (untimed; like the train loop writing its checkpoint), then copies it into a destination
-    folder that stays (timed), deletes the source and keeps the 2 newest destinations
-    (``num_to_keep=2``). So the copy competes with the write-back of the dirty pages, as in
-    the runs. ``local_copyfile_unlinked`` is the old, optimistic figure: the same source file
-    copied again and again and the copy deleted at once, which never reaches the disk (page
-    cache speed).
+    Like the runs do it: the machine first idles ``--raw-gap-s`` seconds (a run computes
+    for a checkpoint interval between two checkpoints), then a fresh file of random bytes is
+    written (untimed; the train loop writing its checkpoint), then it is copied into a
+    destination folder that stays (timed), the source is deleted and the 2 newest destinations
+    are kept (``num_to_keep=2``). The idle gap matters on a VM that hands freed memory back to
+    its host (virtio-balloon free page reporting): memory freed a few seconds earlier must be
+    faulted in again on the host when the next file lands in the page cache, which costs far
+    more CPU than the copy itself. ``memory_touch_after_idle`` and ``memory_touch_back_to_back``
+    show that cost on its own (filling a new numpy array of the checkpoint's size).
+    ``local_copyfile_back_to_back`` is the same copy without the gap (the bound measured
+    before), ``local_copyfile_unlinked`` the oldest figure: one file copied again and again,
+    each copy deleted at once.
 
     GCS the same way: ``gcs_plain_fresh`` (the bound) and ``ours_gcs_upload_dir`` upload a file
-    written just before (untimed), as a checkpoint is; ``gcs_plain`` uploads one file that has
-    long been on disk (no write-back competing), for reference.
+    written just before (untimed), after the idle gap, as a checkpoint is; the other GCS cases
+    run back to back, for reference: ``gcs_plain`` uploads one file that has long been on disk.
     """
     import numpy as np
 
@@ -417,7 +494,11 @@ def raw_bounds(args: argparse.Namespace, emulator: common.Emulator | None) -> di
     payload = rng.integers(0, 256, size, dtype=np.uint8)
     with open(src, "wb") as fh:
         fh.write(payload.data)
-    out: dict[str, Any] = {"size_mib": args.size_mib, "repeats": args.raw_repeats}
+    out: dict[str, Any] = {
+        "size_mib": args.size_mib,
+        "repeats": args.raw_repeats,
+        "idle_gap_s": args.raw_gap_s,
+    }
 
     def write_payload(folder: Path) -> None:
         """Write the checkpoint file into a new ``folder``, as the train loop does (untimed)."""
@@ -425,11 +506,13 @@ def raw_bounds(args: argparse.Namespace, emulator: common.Emulator | None) -> di
         with open(folder / "weights.bin", "wb") as fh:
             fh.write(payload.data)
 
-    def measure(cases: list[tuple[Any, ...]], repeats: int) -> None:
+    def measure(cases: list[tuple[Any, ...]], repeats: int, after_idle: set[str]) -> None:
         """Run the cases round-robin ``repeats`` times (drift hits all alike); keep medians.
 
         A case is ``(label, fn[, prepare[, cleanup]])``: ``prepare(i)`` runs untimed, then
-        ``fn(i)`` is timed, then ``cleanup(i)`` runs untimed (either may be None).
+        ``fn(i)`` is timed, then ``cleanup(i)`` runs untimed (either may be None). Cases named
+        in ``after_idle`` first sleep ``--raw-gap-s`` seconds, as a run computes between two
+        checkpoints.
         """
         times: dict[str, list[float]] = {c[0]: [] for c in cases}
         for i in range(repeats):
@@ -437,6 +520,8 @@ def raw_bounds(args: argparse.Namespace, emulator: common.Emulator | None) -> di
                 label, fn = case[0], case[1]
                 prepare = case[2] if len(case) > 2 else None
                 cleanup = case[3] if len(case) > 3 else None
+                if label in after_idle:
+                    time.sleep(args.raw_gap_s)
                 if prepare is not None:
                     prepare(i)
                 t0 = time.perf_counter()
@@ -446,10 +531,26 @@ def raw_bounds(args: argparse.Namespace, emulator: common.Emulator | None) -> di
                     cleanup(i)
         for label, secs in times.items():
             med = common.median(secs)
-            out[label] = {"seconds": secs, "mib_s": args.size_mib / med}
+            out[label] = {
+                "seconds": secs,
+                "mib_s": args.size_mib / med,
+                "after_idle_s": args.raw_gap_s if label in after_idle else 0.0,
+            }
             print(f"  raw {label}: {args.size_mib / med:,.1f} MiB/s (median of {repeats})")
 
+    def touch_memory(i: int) -> None:
+        np.ones(size, dtype=np.uint8)  # allocated, filled and freed at once
+
     try:
+        touch_memory(-1)
+        measure(
+            [
+                ("memory_touch_after_idle", touch_memory),
+                ("memory_touch_back_to_back", touch_memory),
+            ],
+            args.raw_repeats,
+            after_idle={"memory_touch_after_idle"},
+        )
         if "local" in args.storage:
             from trainer_runtime.storage.local import LocalStorage
 
@@ -467,12 +568,15 @@ def raw_bounds(args: argparse.Namespace, emulator: common.Emulator | None) -> di
             def latest_source() -> Path:
                 return max(src_dir.glob("fresh_*"), key=lambda p: p.stat().st_mtime_ns)
 
-            def copy_kept(i: int) -> None:
+            def copy_kept(i: int, prefix: str = "copy") -> None:
                 source = latest_source()
-                target = dst_dir / f"copy_{i}"
+                target = dst_dir / f"{prefix}_{i}"
                 target.mkdir()
                 shutil.copyfile(source / "weights.bin", target / "weights.bin")
                 keep(target, source)
+
+            def copy_kept_back_to_back(i: int) -> None:
+                copy_kept(i, prefix="b2b")
 
             def ours_local(i: int) -> None:
                 source = latest_source()
@@ -490,9 +594,11 @@ def raw_bounds(args: argparse.Namespace, emulator: common.Emulator | None) -> di
                 [
                     ("local_copyfile", copy_kept, fresh_source),
                     ("ours_local_upload_dir", ours_local, fresh_source),
+                    ("local_copyfile_back_to_back", copy_kept_back_to_back, fresh_source),
                     ("local_copyfile_unlinked", copy_unlinked),
                 ],
                 args.raw_repeats,
+                after_idle={"local_copyfile", "ours_local_upload_dir"},
             )
         if "gcs" in args.storage and emulator is not None:
             client = emulator.client()
@@ -554,7 +660,11 @@ def raw_bounds(args: argparse.Namespace, emulator: common.Emulator | None) -> di
                 ]
                 if "ray_train" in args.frameworks:
                     cases.append(("gcs_pyarrow_copy_files", via_pyarrow, None, delete_all))
-                measure(cases, args.raw_repeats)
+                measure(
+                    cases,
+                    args.raw_repeats,
+                    after_idle={"gcs_plain_fresh", "ours_gcs_upload_dir"},
+                )
             finally:
                 emulator.delete_bucket(bucket_name)
                 common.rmtree(fresh_root)
@@ -613,6 +723,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--calibrate-s", type=float, default=1.5)
     parser.add_argument("--raw-repeats", type=int, default=3)
     parser.add_argument(
+        "--raw-gap-s",
+        type=float,
+        help="idle seconds before each raw bound transfer, as a run computes between "
+        "checkpoints (default: the checkpoint interval, at most 15)",
+    )
+    parser.add_argument(
         "--baseline-steps", type=int, default=6, help="steps without checkpoints first (6)"
     )
     args = parser.parse_args(argv)
@@ -622,6 +738,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         args.every = 60 if args.large else 8 if args.quick else 10
     if args.checkpoints is None:
         args.checkpoints = 2
+    if args.raw_gap_s is None:
+        args.raw_gap_s = min(args.step_s * args.every, 15.0)
     args.storage = [s for s in args.storage.split(",") if s]
     args.frameworks = [f for f in args.frameworks.split(",") if f]
 
