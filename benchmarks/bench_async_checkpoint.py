@@ -194,8 +194,9 @@ def checkpoint_loop(config: dict[str, Any]) -> None:
     torch.set_num_threads(config["torch_threads"])
     rank = api.get_context().get_world_rank()
     out_dir = Path(config["out_dir"])
+    upload_log = out_dir / f"uploads_{rank}.jsonl"
     phase = {"name": "setup"}
-    _instrument_uploads(framework, out_dir / f"uploads_{rank}.jsonl", phase)
+    _instrument_uploads(framework, upload_log, phase)
 
     a = torch.randn(config["matmul_n"], config["matmul_n"])
 
@@ -241,7 +242,7 @@ def checkpoint_loop(config: dict[str, Any]) -> None:
                 seconds = time.perf_counter() - r0
                 report_s.append(seconds)
                 report_cpu_s.append(time.thread_time() - c0)
-                _log_upload(out_dir / f"uploads_{rank}.jsonl", name, nbytes, seconds, started)
+                _log_upload(upload_log, name, nbytes, seconds, started)
                 d0 = time.perf_counter()
                 shutil.rmtree(folder, ignore_errors=True)
                 plain.prune()
@@ -408,7 +409,7 @@ def run_fit(
     raw_target = None
     if framework == "ours":  # the in-run raw bound, once per storage, between the two modes
         phases += [("raw", args.checkpoints)]
-        raw_target = f"{storage}/plain" if storage_kind == "gcs" else str(storage_dir / "plain")
+        raw_target = f"{storage}/plain"
     phases += [("async", args.checkpoints)]
     config = {
         "framework": framework,
@@ -626,8 +627,7 @@ def raw_bounds(args: argparse.Namespace, emulator: common.Emulator | None) -> di
             fresh_root = common.scratch_dir("raw-fresh")
 
             def write_fresh(i: int) -> None:
-                # Written just before it is uploaded, so the upload competes with the
-                # write-back of its dirty pages.
+                # Written just before it is uploaded, as the train loop writes its checkpoint.
                 write_payload(fresh_root / f"fresh_{i}")
 
             def plain_fresh(i: int) -> None:
@@ -709,8 +709,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--large",
         action="store_true",
-        help="1 GiB checkpoints, every 60 steps (30 s), 1 per mode; results in "
-        "async_checkpoint_1gib.json",
+        help="1 GiB checkpoints, every 60 steps (30 s); results in async_checkpoint_1gib.json",
     )
     parser.add_argument("--step-s", type=float, default=0.5, help="compute per step (0.5 s)")
     parser.add_argument("--every", type=int, help="steps between checkpoints (10; 8 --quick)")
