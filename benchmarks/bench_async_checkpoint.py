@@ -98,9 +98,9 @@ def _instrument_uploads(framework: str, log_path: Path, phase: dict[str, str]) -
         storage = get_session("bench").storage
         original = storage.upload_dir
 
-        def upload_dir(local_dir: Any, dest_uri: str) -> Any:
+        def upload_dir(local_dir: Any, dest_uri: str, **kwargs: Any) -> Any:
             started = time.time()
-            stats = original(local_dir, dest_uri)
+            stats = original(local_dir, dest_uri, **kwargs)
             log(stats.bytes, stats.seconds, started)
             return stats
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from trainer_runtime._coordinator import RunCoordinator
 from trainer_runtime._events import WorkerFinishedEvent
+from trainer_runtime._fencing import FenceCheck, take_over
 from trainer_runtime._validation import BaseValidationDispatcher, resume_validations
 from trainer_runtime.backend import Backend
 from trainer_runtime.callbacks import call_all
@@ -22,6 +23,8 @@ from trainer_runtime.checkpoint_manager import CheckpointManager
 from trainer_runtime.config import RunConfig, ScalingConfig
 from trainer_runtime.context import TrainContext
 from trainer_runtime.errors import (
+    FencedError,
+    StorageError,
     TrainingFailedError,
     UserConfigError,
     ValidationDispatchError,
@@ -29,6 +32,7 @@ from trainer_runtime.errors import (
 )
 from trainer_runtime.result import Result
 from trainer_runtime.storage import get_storage
+from trainer_runtime.storage.base import describe_error
 
 logger = logging.getLogger("trainer_runtime")
 
@@ -61,6 +65,8 @@ class BaseController:
         self.coordinator = RunCoordinator(self.manager, self.storage, run.callbacks)
         self.failures = 0
         self.attempt = 0
+        #: This driver's epoch in the run folder (see ``_fencing``); 0 until it takes over.
+        self.epoch = 0
         self.validator: BaseValidationDispatcher | None = None
 
     def _make_validator(self) -> BaseValidationDispatcher:
@@ -92,8 +98,21 @@ class BaseController:
     def run(self) -> Result:
         """Run attempts until one succeeds or FailureConfig is exhausted."""
         owner = self._owns_run_folder()
-        # Before any worker starts: only this driver writes to the run folder now.
-        self.manager.restore(delete_uncommitted=owner)
+        if owner:
+            # Before any worker starts: from now on only this driver (and its workers)
+            # write to the run folder; an earlier driver's workers stop at their next check.
+            self.epoch = take_over(self.storage, self.run_path)
+            self.manager.fence = FenceCheck(
+                self.storage, self.run_path, self.epoch, check_interval_s=0
+            )
+        try:
+            self.manager.restore(delete_uncommitted=owner)
+        except (OSError, StorageError) as exc:
+            raise TrainingFailedError(
+                f"Training failed: cannot prepare the run folder {self.run_path}: "
+                f"{describe_error(exc)}",
+                cause=exc,
+            ) from exc
         latest = self.manager.latest
         if latest is not None:
             logger.info("Resuming run %s from checkpoint %s", self.run_path, latest.path)
@@ -107,32 +126,41 @@ class BaseController:
             )
         if owner:
             resume_validations(self.coordinator)
+        failure_config = self.spec.run.failure_config
+        assert failure_config is not None
+        in_a_row = 0
         try:
             while True:
+                latest_before = self.manager.latest
                 try:
                     self._run_attempt()
                     self._after_success()
                     break
-                except (UserConfigError, ValidationDispatchError) as exc:
+                except (UserConfigError, ValidationDispatchError, FencedError) as exc:
                     raise self._fail(exc) from exc
                 except WorkerGroupError as exc:
                     self.failures += 1
-                    assert self.spec.run.failure_config is not None
-                    will_restart = self.spec.run.failure_config.allows(self.failures)
+                    in_a_row = 1 if self.manager.latest is not latest_before else in_a_row + 1
+                    will_restart = failure_config.allows(self.failures)
                     call_all(
                         self.spec.run.callbacks, "on_failure", exc, self.failures, will_restart
                     )
                     if not will_restart:
                         raise self._fail(exc) from exc
+                    delay = failure_config.backoff_s(in_a_row)
                     logger.warning(
-                        "Worker group failed (%s); restarting (failure %d of %s) from %s",
+                        "Worker group failed (%s); restarting in %.1f s (failure %d of %s) from %s",
                         str(exc).splitlines()[0],
+                        delay,
                         self.failures,
-                        _limit(self.spec.run.failure_config.max_failures),
+                        _limit(failure_config.max_failures),
                         self.manager.latest.path if self.manager.latest else "scratch",
                     )
                     self._cleanup_partial()
+                    time.sleep(delay)
                     self.attempt += 1
+            if owner:
+                self.manager.delete_orphans()
         finally:
             self.validator.close()
         result = self.result()
@@ -140,9 +168,10 @@ class BaseController:
         return result
 
     def _fail(self, exc: BaseException) -> TrainingFailedError:
-        self._cleanup_partial()
+        if not isinstance(exc, FencedError):  # a fenced driver must not touch the run
+            self._cleanup_partial()
         max_failures = self.spec.run.failure_config.max_failures  # type: ignore[union-attr]
-        if isinstance(exc, UserConfigError | ValidationDispatchError):
+        if isinstance(exc, UserConfigError | ValidationDispatchError | FencedError):
             head = f"Training failed: {exc}"
         else:
             head = (
@@ -160,7 +189,7 @@ class BaseController:
         for uri in self.coordinator.abandon_attempt():
             logger.info("Deleting uncommitted checkpoint folder %s", uri)
             try:
-                self.storage.delete_dir(uri)
+                self.manager.delete_uncommitted(uri)
             except Exception as exc:  # noqa: BLE001 - it is never used anyway
                 logger.warning("Could not delete %s: %s", uri, exc)
 
@@ -227,6 +256,7 @@ class RayController(BaseController):
                         latest.path if latest else None,
                         offset,
                         spec.run.checkpoint_upload_mode,
+                        self.epoch,
                     )
                     for w in group.workers
                 ]

@@ -10,7 +10,6 @@ out of order.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -24,8 +23,8 @@ from trainer_runtime._events import (
     UploadFailedEvent,
     WorkerFinishedEvent,
 )
+from trainer_runtime._layout import COMMIT_MARKER
 from trainer_runtime.callbacks import Callback, call_all
-from trainer_runtime.checkpoint import COMMIT_MARKER
 from trainer_runtime.checkpoint_manager import (
     VALIDATE_FN_OF_REPORT,
     VALIDATE_FN_OF_RUN,
@@ -35,12 +34,18 @@ from trainer_runtime.checkpoint_manager import (
 )
 from trainer_runtime.errors import (
     CheckpointUploadError,
+    FencedError,
     StorageError,
     UserConfigError,
     WorkerGroupError,
 )
-from trainer_runtime.storage import Storage, join_uri
-from trainer_runtime.storage.base import uri_name
+from trainer_runtime.storage import Storage
+from trainer_runtime.storage.base import (
+    StoredFile,
+    describe_error,
+    is_permanent_error,
+    uri_name,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +55,8 @@ class _Round:
     index: int
     reports: dict[int, ReportEvent] = field(default_factory=dict)
     uploaded: set[int] = field(default_factory=set)
+    #: What each rank stored (None: written in place, see ``UploadDoneEvent.stored``).
+    stored: dict[int, dict[str, StoredFile] | None] = field(default_factory=dict)
 
     @property
     def checkpoint_uri(self) -> str | None:
@@ -132,14 +139,23 @@ class RunCoordinator:
             if isinstance(event, ReportEvent):
                 self._on_report(event)
             elif isinstance(event, UploadDoneEvent):
-                self._round(event.round).uploaded.add(event.rank)
+                rnd = self._round(event.round)
+                rnd.uploaded.add(event.rank)
+                rnd.stored[event.rank] = event.stored
                 self.bytes_uploaded += event.bytes
                 self._commit_ready()
             elif isinstance(event, UploadFailedEvent):
-                raise WorkerGroupError(
-                    f"rank {event.rank} failed to upload checkpoint {event.uri}: {event.error}",
-                    rank=event.rank,
-                ) from CheckpointUploadError(event.error)
+                what = f"rank {event.rank} failed to upload checkpoint {event.uri}: {event.error}"
+                if event.source_error:
+                    raise UserConfigError(what) from CheckpointUploadError(event.error)
+                if event.permanent:
+                    raise UserConfigError(
+                        f"{what}. Retrying cannot fix this error, so the run stops instead of "
+                        "restarting the workers; fix the storage configuration or permissions"
+                    ) from CheckpointUploadError(event.error)
+                raise WorkerGroupError(what, rank=event.rank) from CheckpointUploadError(
+                    event.error
+                )
             elif isinstance(event, WorkerFinishedEvent) and event.config_error:
                 # A bad report() call or configuration: every restart would fail the same way.
                 raise UserConfigError(
@@ -224,12 +240,18 @@ class RunCoordinator:
         # Before the marker: a checkpoint that can never be ranked must not look committed.
         self.manager.check_score_attribute(record)
         try:
-            self.storage.write_bytes(
-                join_uri(uri, COMMIT_MARKER), json.dumps(record.to_json()).encode()
-            )
-            self.manager.register(record)
+            record.files = self._verified_files(rnd, uri)
+            self.manager.commit(record)
+        except FencedError:
+            raise
         except (StorageError, OSError) as exc:
-            raise WorkerGroupError(f"committing checkpoint {uri} failed: {exc}") from exc
+            message = f"committing checkpoint {uri} failed: {describe_error(exc)}"
+            if is_permanent_error(exc):
+                raise UserConfigError(
+                    f"{message}. Retrying cannot fix this error, so the run stops instead of "
+                    "restarting the workers"
+                ) from exc
+            raise WorkerGroupError(message) from exc
         logger.info("Committed checkpoint %s (round %d)", uri, rnd.index)
         call_all(self.callbacks, "on_checkpoint", record, self.manager.best())
         if validate is not None:
@@ -238,6 +260,57 @@ class RunCoordinator:
                     "report(validate_fn=...) was given but this run has no validation dispatcher"
                 )
             self.validator.submit(record, validate[0], validate[1])
+
+    def _verified_files(self, rnd: _Round, uri: str) -> dict[str, StoredFile]:
+        """The checkpoint's files, checked in storage against what every rank stored.
+
+        Refuses (nothing is committed) a checkpoint with no files, files that are missing
+        or not the ones the ranks wrote (another writer, such as a worker of an earlier
+        driver, touched the folder), or files no rank reported.
+        """
+        listed = {
+            rel: f for rel, f in self.storage.list_stored(uri).items() if rel != COMMIT_MARKER
+        }
+        expected: dict[str, list[tuple[int, StoredFile]]] = {}
+        in_place = False
+        for rank, stored in sorted(rnd.stored.items()):
+            if stored is None:
+                in_place = True
+                continue
+            for rel, f in stored.items():
+                expected.setdefault(rel, []).append((rank, f))
+        if not listed and not any(expected.values()):
+            raise UserConfigError(
+                f"checkpoint {uri} of report round {rnd.index} holds no files: every rank "
+                "reported an empty folder. Write the checkpoint files before calling "
+                "report(), or pass checkpoint=None on ranks with nothing to save"
+            )
+        for rel, by_rank in sorted(expected.items()):
+            sizes = {f.size for _, f in by_rank}
+            if len(sizes) > 1:
+                ranks = ", ".join(f"rank {r}: {f.size} bytes" for r, f in by_rank)
+                raise UserConfigError(
+                    f"checkpoint {uri}: ranks wrote different files under the same name "
+                    f"{rel} ({ranks}); only one survives. Give each rank's files their own "
+                    "names (e.g. f'shard_{rank}.pt')"
+                )
+            now = listed.get(rel)
+            if now is None:
+                raise WorkerGroupError(f"checkpoint {uri} is incomplete: {rel} is missing")
+            if all(now != f for _, f in by_rank):
+                raise WorkerGroupError(
+                    f"checkpoint {uri}: {rel} was overwritten after rank "
+                    f"{by_rank[-1][0]} stored it (another process wrote into the folder)"
+                )
+        if not in_place:
+            extra = sorted(set(listed) - set(expected))
+            if extra:
+                raise WorkerGroupError(
+                    f"checkpoint {uri} holds {len(extra)} file(s) no rank reported ("
+                    f"{', '.join(extra[:3])}{', ...' if len(extra) > 3 else ''}), e.g. left "
+                    "by a worker of an earlier attempt; it is not committed"
+                )
+        return listed
 
     def next_round_waits_only_on(self, ranks: set[int]) -> bool:
         """Whether the next round to commit lacks only reports or uploads from ``ranks``.

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer_runtime.storage.base import StoredFile
+
 
 @dataclass
 class ReportEvent:
@@ -35,6 +37,9 @@ class UploadDoneEvent:
     files: int = 0
     bytes: int = 0
     seconds: float = 0.0
+    #: What this rank stored (relative path -> size and fingerprint), checked at commit.
+    #: None: the files were written in place (``NO_UPLOAD``); the commit lists the folder.
+    stored: dict[str, StoredFile] | None = None
 
 
 @dataclass
@@ -45,6 +50,10 @@ class UploadFailedEvent:
     round: int
     uri: str
     error: str
+    #: Retrying cannot fix it (permission denied, a missing bucket, fenced): fail the run.
+    permanent: bool = False
+    #: The reported folder vanished or changed before its upload finished (a user error).
+    source_error: bool = False
 
 
 @dataclass

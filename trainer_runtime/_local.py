@@ -228,6 +228,7 @@ class LocalController(BaseController):
                 offset,
                 health_check=consumer.health_check,
                 default_upload_mode=spec.run.checkpoint_upload_mode,
+                driver_epoch=self.epoch,
             )
             run_train_fn(session, spec.train_fn, spec.train_config)
             consumer.wait_all_finished()
@@ -283,7 +284,9 @@ class LocalController(BaseController):
         latest = self.manager.latest
         store.set(
             f"{prefix}/start",
-            json.dumps({"offset": offset, "latest": latest.path if latest else None}),
+            json.dumps(
+                {"offset": offset, "latest": latest.path if latest else None, "epoch": self.epoch}
+            ),
         )
         consumer = _Consumer(self, ranks.world_size)
         receiver = _StoreReceiver(store, prefix, ranks.world_size, consumer)
@@ -295,6 +298,7 @@ class LocalController(BaseController):
                 offset,
                 health_check=consumer.health_check,
                 default_upload_mode=self.spec.run.checkpoint_upload_mode,
+                driver_epoch=self.epoch,
             )
             run_train_fn(session, self.spec.train_fn, self.spec.train_config)
             consumer.wait_all_finished(timeout=None if consumer.error is None else 30.0)
@@ -335,6 +339,7 @@ class LocalController(BaseController):
                 latest,
                 int(start["offset"]),
                 default_upload_mode=self.spec.run.checkpoint_upload_mode,
+                driver_epoch=int(start.get("epoch", 0)),
             )
             run_train_fn(session, self.spec.train_fn, self.spec.train_config)
         finally:

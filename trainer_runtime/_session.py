@@ -23,21 +23,26 @@ from trainer_runtime._events import (
     UploadFailedEvent,
     WorkerFinishedEvent,
 )
+from trainer_runtime._fencing import FenceCheck
+from trainer_runtime._layout import (
+    COMMIT_MARKER,
+    checkpoint_dir_name_problem,
+    default_checkpoint_dir_name,
+)
 from trainer_runtime._metrics import validate_metrics
+from trainer_runtime._snapshot import take_snapshot
 from trainer_runtime._uploader import AsyncUploader, UploadJob, run_upload
-from trainer_runtime.checkpoint import COMMIT_MARKER, Checkpoint, CheckpointUploadMode
+from trainer_runtime.checkpoint import Checkpoint, CheckpointUploadMode
 from trainer_runtime.context import TrainContext
 from trainer_runtime.errors import CheckpointUploadError, ReportError, UserConfigError
 from trainer_runtime.storage import TransferStats, get_storage, join_uri
+from trainer_runtime.storage.base import describe_error, is_permanent_error
 
 logger = logging.getLogger(__name__)
 
 Sink = Callable[[Event], None]
 
-
-def default_checkpoint_dir_name(round_index: int) -> str:
-    """The folder name of the checkpoint reported in round ``round_index``."""
-    return f"checkpoint_{round_index:06d}"
+__all__ = ["TrainSession", "default_checkpoint_dir_name", "get_session", "set_session"]
 
 
 class TrainSession:
@@ -52,6 +57,7 @@ class TrainSession:
         health_check: Callable[[], None] | None = None,
         max_pending_uploads: int | None = None,
         default_upload_mode: str | None = None,
+        driver_epoch: int | None = None,
     ) -> None:
         self.context = context
         self.run_path = context.get_run_path()
@@ -64,6 +70,8 @@ class TrainSession:
             os.environ.get("TRAINJOB_MAX_PENDING_UPLOADS", "2")
         )
         self.default_upload_mode = default_upload_mode or CheckpointUploadMode.SYNC.value
+        #: Stops this worker's uploads once a newer driver owns the run (see ``_fencing``).
+        self.fence = FenceCheck(self.storage, self.run_path, driver_epoch) if driver_epoch else None
         self._uploader: AsyncUploader | None = None
         self._lock = threading.Lock()
 
@@ -104,12 +112,9 @@ class TrainSession:
         if validate_fn is not None and checkpoint is None:
             raise ReportError("report(validate_fn=...) needs a checkpoint to validate")
         if checkpoint_dir_name is not None and (
-            not checkpoint_dir_name or "/" in checkpoint_dir_name or checkpoint_dir_name[0] == "."
+            problem := checkpoint_dir_name_problem(checkpoint_dir_name)
         ):
-            raise ReportError(
-                f"report(checkpoint_dir_name={checkpoint_dir_name!r}): use a plain folder name "
-                "(no '/', not starting with '.')"
-            )
+            raise ReportError(f"report(checkpoint_dir_name={checkpoint_dir_name!r}): {problem}")
 
         round_index = self.next_round
         rank = self.context.world_rank
@@ -120,6 +125,15 @@ class TrainSession:
 
         if mode is CheckpointUploadMode.NO_UPLOAD:
             dest = checkpoint.path
+            if join_uri(self.run_path, dest.rsplit("/", 1)[-1]) != dest:
+                raise ReportError(
+                    f"report(checkpoint_upload_mode=NO_UPLOAD): checkpoint {dest} is not a "
+                    f"folder of this run's folder {self.run_path}; write it to "
+                    "get_context().get_storage().build_checkpoint_path_from_name(NAME), or "
+                    "let report() upload it (SYNC or ASYNC)"
+                )
+            if (problem := checkpoint_dir_name_problem(dest.rsplit("/", 1)[-1])) is not None:
+                raise ReportError(f"report(): checkpoint folder {dest}: {problem}")
         else:
             if not checkpoint.is_local:
                 raise ReportError(
@@ -139,6 +153,10 @@ class TrainSession:
             if delete_local_checkpoint_after_upload is not None
             else mode is CheckpointUploadMode.ASYNC
         )
+        if delete_after and mode is not CheckpointUploadMode.NO_UPLOAD:
+            self._refuse_deleting_storage(
+                Path(checkpoint.path), explicit=bool(delete_local_checkpoint_after_upload)
+            )
         event = ReportEvent(
             rank,
             round_index,
@@ -150,13 +168,14 @@ class TrainSession:
         )
         if mode is CheckpointUploadMode.NO_UPLOAD:
             self._sink(event)
-            self._sink(UploadDoneEvent(rank, round_index, dest))
+            self._sink(UploadDoneEvent(rank, round_index, dest, stored=None))
             return
         local_dir = Path(checkpoint.path)
         if (local_dir / COMMIT_MARKER).exists():
             local_dir = _copy_without_commit_marker(checkpoint)
             delete_after = True  # the copy is ours; the reported folder is left as it is
-        job = UploadJob(round_index, local_dir, dest, delete_after)
+        job = UploadJob(round_index, local_dir, dest, delete_after, take_snapshot(local_dir))
+        job.check = self.fence
         if mode is CheckpointUploadMode.SYNC:
             try:
                 stats = run_upload(self.storage, job)
@@ -164,15 +183,35 @@ class TrainSession:
                 if local_dir != Path(checkpoint.path):
                     shutil.rmtree(local_dir, ignore_errors=True)
                 self._sink(event)
-                self._sink(UploadFailedEvent(rank, round_index, dest, repr(exc)))
+                self._on_upload_failed(job, exc)
+                if isinstance(exc, ReportError):
+                    raise
                 raise CheckpointUploadError(
-                    f"uploading checkpoint {checkpoint.path} to {dest} failed: {exc}"
+                    f"uploading checkpoint {checkpoint.path} to {dest} failed: "
+                    f"{describe_error(exc)}"
                 ) from exc
             self._sink(event)
             self._on_upload_done(job, stats)
             return
         self._sink(event)
         self._get_uploader().submit(job)
+
+    def _refuse_deleting_storage(self, folder: Path, explicit: bool) -> None:
+        """Refuse to delete, after its upload, a folder that holds the run's own storage."""
+        if not self.storage.local_path(self.run_path):
+            return
+        folder = folder.resolve()
+        storage_root = Path(self.context.storage_path).resolve()
+        run = Path(self.run_path).resolve()
+        for what, path in (("run folder", run), ("storage_path", storage_root)):
+            if path.is_relative_to(folder):
+                why = "" if explicit else " (the default with CheckpointUploadMode.ASYNC)"
+                raise ReportError(
+                    f"report(): checkpoint folder {folder} contains this run's {what} {path}, "
+                    f"and delete_local_checkpoint_after_upload=True{why} would delete it. "
+                    "Write the checkpoint to a new temporary folder (tempfile.mkdtemp()) or a "
+                    "sub-folder of it, or pass delete_local_checkpoint_after_upload=False"
+                )
 
     # -- uploads --------------------------------------------------------------------------
     def prestart_uploader(self) -> None:
@@ -200,11 +239,21 @@ class TrainSession:
                 stats.files,
                 stats.bytes,
                 stats.seconds,
+                stored=stats.stored,
             )
         )
 
     def _on_upload_failed(self, job: UploadJob, exc: BaseException) -> None:
-        self._sink(UploadFailedEvent(self.context.world_rank, job.round, job.dest_uri, repr(exc)))
+        self._sink(
+            UploadFailedEvent(
+                self.context.world_rank,
+                job.round,
+                job.dest_uri,
+                describe_error(exc),
+                permanent=is_permanent_error(exc),
+                source_error=isinstance(exc, ReportError),
+            )
+        )
 
     @property
     def upload_blocked_seconds(self) -> float:

@@ -19,20 +19,30 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainer_runtime._snapshot import FolderSnapshot, take_snapshot
 from trainer_runtime.errors import CheckpointUploadError
 from trainer_runtime.storage import Storage, TransferStats
+from trainer_runtime.storage.base import UploadCheck, describe_error
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
 class UploadJob:
-    """One checkpoint folder to store."""
+    """One checkpoint folder to store: exactly the files ``snapshot`` lists."""
 
     round: int
     local_dir: Path
     dest_uri: str
     delete_after: bool
+    #: The folder as ``report()`` saw it (default: listed when the job is made).
+    snapshot: FolderSnapshot | None = None
+    #: Called before each file (fencing); raises to stop the upload.
+    check: UploadCheck | None = None
+
+    def __post_init__(self) -> None:
+        if self.snapshot is None:
+            self.snapshot = take_snapshot(self.local_dir)
 
 
 OnDone = Callable[[UploadJob, TransferStats], None]
@@ -40,8 +50,23 @@ OnFailed = Callable[[UploadJob, BaseException], None]
 
 
 def run_upload(storage: Storage, job: UploadJob) -> TransferStats:
-    """Store one folder, then delete the local copy when asked (and not the same folder)."""
-    stats = storage.upload_dir(job.local_dir, job.dest_uri)
+    """Store the reported files, check the folder did not change meanwhile, then delete the
+    local copy when asked (and not the same folder).
+
+    Raises :class:`~trainer_runtime.errors.CheckpointSourceError` when the folder vanished
+    or changed since ``report()``: the checkpoint must not be committed.
+    """
+    snapshot = job.snapshot
+    assert snapshot is not None
+    snapshot.verify("before its upload started")
+    try:
+        stats = storage.upload_dir(
+            job.local_dir, job.dest_uri, files=sorted(snapshot.files), check=job.check
+        )
+    except FileNotFoundError:
+        snapshot.verify("while it was being uploaded")  # names the folder and the fix
+        raise
+    snapshot.verify("while it was being uploaded")
     if job.delete_after:
         local = storage.local_path(job.dest_uri)
         if local is None or local.resolve() != job.local_dir.resolve():
@@ -81,7 +106,9 @@ class AsyncUploader:
         with self._error_lock:
             error = self._error
         if error is not None:
-            raise CheckpointUploadError(f"an earlier checkpoint upload failed: {error}") from error
+            raise CheckpointUploadError(
+                f"an earlier checkpoint upload failed: {describe_error(error)}"
+            ) from error
 
     @property
     def pending(self) -> int:
@@ -112,7 +139,9 @@ class AsyncUploader:
                 try:
                     stats = run_upload(self.storage, job)
                 except BaseException as exc:  # noqa: BLE001 - reported, never lost
-                    logger.error("Checkpoint upload to %s failed: %s", job.dest_uri, exc)
+                    logger.error(
+                        "Checkpoint upload to %s failed: %s", job.dest_uri, describe_error(exc)
+                    )
                     with self._error_lock:
                         self._error = exc
                     self._on_failed(job, exc)

@@ -111,6 +111,7 @@ class TrainWorker:
         latest_checkpoint: str | None,
         round_offset: int,
         default_upload_mode: str | None = None,
+        driver_epoch: int = 0,
     ) -> None:
         """Start the train function in a thread and return."""
         session = TrainSession(
@@ -119,6 +120,7 @@ class TrainWorker:
             Checkpoint(latest_checkpoint) if latest_checkpoint else None,
             round_offset,
             default_upload_mode=default_upload_mode,
+            driver_epoch=driver_epoch,
         )
         self._thread = threading.Thread(
             target=run_train_fn, args=(session, fn, config), name="train-fn", daemon=True

@@ -12,11 +12,13 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from trainer_runtime._layout import COMMIT_MARKER
 from trainer_runtime.storage import get_storage
 from trainer_runtime.storage.base import is_gcs_uri
 
+__all__ = ["COMMIT_MARKER", "METADATA_FILE", "Checkpoint", "CheckpointUploadMode"]
+
 METADATA_FILE = ".metadata.json"
-COMMIT_MARKER = ".trainjob_committed.json"
 
 
 class CheckpointUploadMode(StrEnum):

@@ -1,11 +1,22 @@
 """Which checkpoints a run keeps, and the manifest that lets a new driver resume.
 
-The manifest (``<run_path>/checkpoint_manifest.json``) lists the committed
-checkpoints with their metrics and status. A checkpoint is committed when its
-commit marker (``.trainjob_committed.json`` inside the folder) is written,
-after every file is stored; :meth:`CheckpointManager.restore` also picks up
-markers the manifest missed (a driver that died between the two writes), so a
-committed checkpoint is never lost, and a folder without a marker is never used.
+The invariant: a checkpoint the runtime lists as committed has its commit marker
+(``.trainjob_committed.json`` inside the folder) and every file the ranks reported, with
+the size and fingerprint they were stored with; nothing outside the run's own checkpoint
+folders is ever deleted.
+
+The commit marker is written after every file is stored and checked (``_coordinator``). It
+holds the checkpoint's record: name, round, metrics and the list of its files. The
+manifest (``<run_path>/checkpoint_manifest.json``) is an index over the markers: which
+checkpoints are kept, and what validation added later (status, validation metrics). It is
+strict JSON: non-finite metric values are written as the strings ``"NaN"``, ``"Infinity"``
+and ``"-Infinity"`` (read back as floats).
+
+:meth:`CheckpointManager.restore` trusts no index: it reads every folder's marker and checks
+the folder's files against it. A damaged or hand-edited run folder (a folder or file
+removed, a marker or the manifest truncated) degrades to "resume from the newest checkpoint
+that verifies", with a warning naming what was skipped; an unreadable manifest is rebuilt
+from the markers.
 
 Deleting a checkpoint first turns its marker into a tombstone, so a deletion
 cut short leaves an uncommitted folder, never a marked, partial one. A driver
@@ -18,19 +29,62 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-from trainer_runtime.checkpoint import COMMIT_MARKER, Checkpoint
+from trainer_runtime._layout import COMMIT_MARKER, MANIFEST_FILE, round_of_default_name
+from trainer_runtime.checkpoint import Checkpoint
 from trainer_runtime.config import CheckpointConfig
 from trainer_runtime.errors import UserConfigError
 from trainer_runtime.storage import Storage, join_uri
+from trainer_runtime.storage.base import StoredFile, describe_error
 
 logger = logging.getLogger(__name__)
 
-MANIFEST_FILE = "checkpoint_manifest.json"
-MANIFEST_VERSION = 1
+__all__ = [
+    "MANIFEST_FILE",
+    "CheckpointManager",
+    "CheckpointRecord",
+    "CheckpointStatus",
+    "dumps_strict",
+]
+
+#: 2: metrics live in the commit markers only (a manifest rewrite no longer copies every
+#: checkpoint's metrics); markers list the checkpoint's files.
+MANIFEST_VERSION = 2
+_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _finite_json(value: Any) -> Any:
+    """``value`` with non-finite floats replaced by their JSON-safe strings."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _finite_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite_json(v) for v in value]
+    return value
+
+
+def _metrics_from_json(value: Any) -> Any:
+    """Inverse of :func:`_finite_json` for metric values."""
+    if isinstance(value, str):
+        return _NON_FINITE.get(value, value)
+    if isinstance(value, dict):
+        return {k: _metrics_from_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_metrics_from_json(v) for v in value]
+    return value
+
+
+def dumps_strict(data: Any, indent: int | None = None) -> bytes:
+    """Strict JSON (RFC 8259): non-finite floats as ``"NaN"``/``"Infinity"``/``"-Infinity"``."""
+    return json.dumps(_finite_json(data), indent=indent, allow_nan=False).encode()
+
 
 #: ``CheckpointRecord.validation_source`` of a checkpoint validated by the run-level
 #: ``ValidationConfig.validate_fn`` (a new driver can re-queue it) ...
@@ -67,6 +121,9 @@ class CheckpointRecord:
     #: Which validate function was queued for it: ``VALIDATE_FN_OF_RUN``,
     #: ``VALIDATE_FN_OF_REPORT``, or None (no validation).
     validation_source: str | None = None
+    #: Every file of the checkpoint (relative path -> size and fingerprint), as stored and
+    #: checked at commit; None for checkpoints committed before files were recorded.
+    files: dict[str, StoredFile] | None = field(default=None, repr=False)
 
     @property
     def checkpoint(self) -> Checkpoint:
@@ -81,25 +138,80 @@ class CheckpointRecord:
         return merged
 
     def to_json(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return asdict(self)
+        """JSON-ready dict (the commit marker's content)."""
+        data = asdict(self)
+        data["files"] = (
+            None if self.files is None else {k: v.to_json() for k, v in self.files.items()}
+        )
+        return data
+
+    def index_json(self) -> dict[str, Any]:
+        """What the manifest keeps of a record: everything but its metrics and files."""
+        data = self.to_json()
+        del data["metrics"], data["files"]
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CheckpointRecord:
-        """Inverse of :meth:`to_json` (unknown keys ignored)."""
+        """Inverse of :meth:`to_json` (unknown keys ignored); ValueError when malformed."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a checkpoint record must be a JSON object, got {data!r:.80}")
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
-        return cls(**known)
+        for key in ("metrics", "validation_metrics"):
+            if known.get(key) is not None:
+                known[key] = _metrics_from_json(known[key])
+        known.setdefault("metrics", {})
+        files = known.pop("files", None)
+        try:
+            record = cls(**known)
+        except TypeError as exc:
+            raise ValueError(f"not a checkpoint record: {exc}") from None
+        if not isinstance(record.name, str) or not isinstance(record.path, str):
+            raise ValueError("a checkpoint record needs a string name and path")
+        if not isinstance(record.round, int) or not isinstance(record.metrics, dict):
+            raise ValueError("a checkpoint record needs an integer round and a metrics object")
+        if files is not None:
+            if not isinstance(files, dict):
+                raise ValueError("a checkpoint record's files must be an object")
+            record.files = {str(k): StoredFile.from_json(v) for k, v in files.items()}
+        return record
 
 
 class CheckpointManager:
     """Top-k retention by score, deletion of evicted checkpoints, and the run manifest."""
 
-    def __init__(self, run_path: str, config: CheckpointConfig, storage: Storage) -> None:
+    def __init__(
+        self,
+        run_path: str,
+        config: CheckpointConfig,
+        storage: Storage,
+        fence: Callable[[], None] | None = None,
+    ) -> None:
         self.run_path = run_path
         self.config = config
         self.storage = storage
+        #: Called before every write into the run folder; raises once another driver
+        #: took the run over (see ``_fencing``).
+        self.fence = fence
         self.records: list[CheckpointRecord] = []
         self.next_round = 0
+
+    @classmethod
+    def for_reading(cls, run_path: str, storage: Storage) -> CheckpointManager:
+        """A manager restored from a run folder with the CheckpointConfig its manifest
+        recorded (default config when it recorded none); it deletes nothing."""
+        manager = cls(run_path, CheckpointConfig(), storage)
+        manager.restore()
+        recorded = (manager.read_manifest() or {}).get("checkpoint_config")
+        if isinstance(recorded, dict):
+            try:
+                manager.config = CheckpointConfig(
+                    **{k: recorded.get(k) for k in ("num_to_keep", "checkpoint_score_attribute")},
+                    checkpoint_score_order=recorded.get("checkpoint_score_order") or "max",
+                )
+            except (TypeError, ValueError):
+                logger.warning("Ignoring the manifest's unreadable checkpoint_config")
+        return manager
 
     # -- queries --------------------------------------------------------------------------
     @property
@@ -112,14 +224,16 @@ class CheckpointManager:
         return next((r for r in self.records if r.name == name), None)
 
     def score(self, record: CheckpointRecord) -> float | None:
-        """The record's score (None when it has none yet, e.g. pending validation)."""
+        """The record's score: None when it has none (pending or failed validation, or a
+        non-finite value such as NaN, which ranks below every real score)."""
         attr = self.config.checkpoint_score_attribute
         if attr is None:
             return None
         value = record.all_metrics.get(attr)
         if isinstance(value, bool) or not isinstance(value, int | float):
             return None
-        return float(value)
+        score = float(value)
+        return score if math.isfinite(score) else None
 
     def ranked(self) -> list[CheckpointRecord]:
         """Kept checkpoints, best first (by score; most recent first without a score attribute).
@@ -157,11 +271,29 @@ class CheckpointManager:
                 "the checkpoint (or return it from validate_fn), or change "
                 "checkpoint_score_attribute"
             )
-        if self.score(record) is None:
+        value = record.all_metrics[attr]
+        if isinstance(value, bool) or not isinstance(value, int | float):
             raise UserConfigError(
                 f"CheckpointConfig.checkpoint_score_attribute={attr!r} must be a number, got "
                 f"{record.all_metrics[attr]!r} in checkpoint {record.name}"
             )
+
+    def commit(self, record: CheckpointRecord) -> list[CheckpointRecord]:
+        """Write ``record``'s commit marker (its files are stored and checked), then register.
+
+        Raises :class:`~trainer_runtime.errors.FencedError` (nothing written) when another
+        driver owns the run now.
+        """
+        self.check_score_attribute(record)
+        self._fence()
+        self.storage.write_bytes(
+            join_uri(record.path, COMMIT_MARKER), dumps_strict(record.to_json())
+        )
+        return self.register(record)
+
+    def _fence(self) -> None:
+        if self.fence is not None:
+            self.fence()
 
     def register(self, record: CheckpointRecord) -> list[CheckpointRecord]:
         """Add a newly committed checkpoint, evict what no longer fits, save the manifest."""
@@ -183,11 +315,25 @@ class CheckpointManager:
         # the manifest no longer lists (harmless), never a listed folder that is gone.
         self.save()
         for record in evicted:
+            if not self.owns(record.path):
+                logger.warning(
+                    "Checkpoint %s is no longer kept (not in the top %s) but is not in the run "
+                    "folder %s (reported with CheckpointUploadMode.NO_UPLOAD?): leaving its "
+                    "files where they are",
+                    record.path,
+                    self.config.num_to_keep,
+                    self.run_path,
+                )
+                continue
             logger.info(
                 "Deleting checkpoint %s (not in the top %s)", record.name, self.config.num_to_keep
             )
             self.delete_checkpoint(record.path)
         return evicted
+
+    def owns(self, path: str) -> bool:
+        """Whether ``path`` is a checkpoint folder directly inside the run folder."""
+        return path.rstrip("/") == join_uri(self.run_path, path.rstrip("/").rsplit("/", 1)[-1])
 
     def delete_checkpoint(self, path: str) -> None:
         """Delete a checkpoint folder so that no crash can leave it marked but partial.
@@ -196,8 +342,11 @@ class CheckpointManager:
         atomic), then the folder is deleted: a deletion cut short leaves a folder
         that :meth:`restore` treats as uncommitted and removes.
         """
+        if not self.owns(path):
+            raise ValueError(f"refusing to delete {path}: not a folder of run {self.run_path}")
+        self._fence()
         tombstone = {"tombstone": True, "deleted_at": time.time()}
-        self.storage.write_bytes(join_uri(path, COMMIT_MARKER), json.dumps(tombstone).encode())
+        self.storage.write_bytes(join_uri(path, COMMIT_MARKER), dumps_strict(tombstone))
         self.storage.delete_dir(path)
 
     def _select_evictions(self) -> list[CheckpointRecord]:
@@ -211,6 +360,37 @@ class CheckpointManager:
         keep = {r.name for r in self.ranked()[:keep_n]} | protected
         return [r for r in self.records if r.name not in keep]
 
+    def delete_uncommitted(self, path: str) -> None:
+        """Delete a folder of this run that holds no committed checkpoint (never a kept one)."""
+        name = path.rstrip("/").rsplit("/", 1)[-1]
+        if not self.owns(path) or self.get(name) is not None or self.read_marker(name):
+            raise ValueError(f"refusing to delete {path}: not an uncommitted folder of this run")
+        self._fence()
+        self.storage.delete_dir(path)
+
+    def delete_orphans(self) -> list[str]:
+        """Delete the run's folders that hold no committed checkpoint; returns their names.
+
+        Run by the driver when a run ends: a folder a fenced-off writer (a worker of an
+        earlier driver) created after this driver started is removed here.
+        """
+        kept = {r.name for r in self.records}
+        deleted = []
+        for name in self.storage.list_dirs(self.run_path):
+            if round_of_default_name(name) is None:  # not a name the runtime picked itself
+                continue
+            if name in kept or self.read_marker(name) is not None:
+                continue
+            logger.warning(
+                "Deleting uncommitted folder %s of run %s (an interrupted or fenced-off upload)",
+                name,
+                self.run_path,
+            )
+            self._fence()
+            self.storage.delete_dir(join_uri(self.run_path, name))
+            deleted.append(name)
+        return deleted
+
     def note_round(self, round_index: int) -> None:
         """Remember that ``round_index`` was used, so a resumed run never reuses its name."""
         self.next_round = max(self.next_round, round_index + 1)
@@ -223,16 +403,58 @@ class CheckpointManager:
 
     def save(self) -> None:
         """Write the manifest (atomic object/file write)."""
-        data = {
+        self._fence()
+        self.storage.write_bytes(self.manifest_uri, dumps_strict(self._manifest(), indent=1))
+
+    def _manifest(self) -> dict[str, Any]:
+        config = self.config
+        return {
             "version": MANIFEST_VERSION,
             "run_path": self.run_path,
             "next_round": self.next_round,
             "latest": self.latest.name if self.latest else None,
             "best": (b.name if (b := self.best()) else None),
-            "checkpoints": [r.to_json() for r in self.records],
+            "checkpoint_config": {
+                "num_to_keep": config.num_to_keep,
+                "checkpoint_score_attribute": config.checkpoint_score_attribute,
+                "checkpoint_score_order": config.checkpoint_score_order,
+            },
+            "checkpoints": [r.index_json() for r in self.records],
             "updated_at": time.time(),
         }
-        self.storage.write_bytes(self.manifest_uri, json.dumps(data, indent=1).encode())
+
+    def read_manifest(self) -> dict[str, Any] | None:
+        """The manifest as a dict; None when there is none or it cannot be read as one."""
+        try:
+            raw = self.storage.read_bytes(self.manifest_uri)
+        except FileNotFoundError:
+            return None
+        except (IsADirectoryError, NotADirectoryError, PermissionError) as exc:
+            logger.warning(
+                "Cannot read the manifest %s (%s); rebuilding the checkpoint list from the "
+                "commit markers",
+                self.manifest_uri,
+                describe_error(exc),
+            )
+            return None
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            logger.warning(
+                "The manifest %s is damaged (%s); rebuilding the checkpoint list from the "
+                "commit markers",
+                self.manifest_uri,
+                exc,
+            )
+            return None
+        if not isinstance(data, dict) or not isinstance(data.get("checkpoints", []), list):
+            logger.warning(
+                "The manifest %s is not a checkpoint manifest; rebuilding the checkpoint list "
+                "from the commit markers",
+                self.manifest_uri,
+            )
+            return None
+        return data
 
     def read_marker(self, name: str) -> CheckpointRecord | None:
         """The record in folder ``name``'s commit marker; None when the folder is not committed.
@@ -244,7 +466,7 @@ class CheckpointManager:
         marker = join_uri(self.run_path, name, COMMIT_MARKER)
         try:
             data = json.loads(self.storage.read_bytes(marker))
-        except FileNotFoundError:
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None
         except ValueError:
             logger.warning("Ignoring unreadable commit marker %s", marker)
@@ -252,47 +474,125 @@ class CheckpointManager:
         if not isinstance(data, dict) or data.get("tombstone") or data.get("name") != name:
             return None
         try:
-            return CheckpointRecord.from_json(data)
-        except TypeError:
-            logger.warning("Ignoring commit marker %s without a checkpoint record", marker)
+            record = CheckpointRecord.from_json(data)
+        except ValueError as exc:
+            logger.warning("Ignoring commit marker %s: %s", marker, exc)
             return None
+        record.path = join_uri(self.run_path, name)  # the run folder may have been moved
+        return record
 
     def restore(self, delete_uncommitted: bool = False) -> list[str]:
-        """Load the manifest and any committed checkpoint it does not list yet.
+        """Load the run's committed checkpoints, checking each against its commit marker.
 
-        With ``delete_uncommitted`` (the run's driver, before any worker starts), every
-        sub-folder of the run folder that is not a committed checkpoint is deleted: it
-        holds files of an interrupted upload or deletion, can never be resumed from, and
-        would otherwise end up inside a new checkpoint written to the same folder name.
+        Every sub-folder of the run folder is read: a folder whose marker is valid and whose
+        files match the marker's list is a committed checkpoint (the manifest adds what
+        validation recorded later); a folder with a valid marker but missing or changed
+        files is skipped with a warning and left alone; a folder without a valid marker is
+        uncommitted. A record the manifest lists whose folder is gone or damaged is
+        skipped with a warning.
+
+        With ``delete_uncommitted`` (the run's driver, before any worker starts), uncommitted
+        folders are deleted (they hold files of an interrupted upload or deletion, and can
+        never be resumed from) and a manifest that disagrees with the markers is rewritten.
         Returns the names of the deleted folders.
         """
-        records: dict[str, CheckpointRecord] = {}
-        try:
-            data = json.loads(self.storage.read_bytes(self.manifest_uri))
-        except FileNotFoundError:
-            data = {}
-        for item in data.get("checkpoints", []):
-            record = CheckpointRecord.from_json(item)
-            records[record.name] = record
-        self.next_round = int(data.get("next_round", 0))
+        manifest = self.read_manifest()
+        indexed: dict[str, dict[str, Any]] = {}
+        for item in (manifest or {}).get("checkpoints", []):
+            if isinstance(item, dict) and isinstance(item.get("name"), str):
+                indexed[item["name"]] = item
+        next_round = (manifest or {}).get("next_round", 0)
+        self.next_round = next_round if isinstance(next_round, int) else 0
+
+        listing = self.storage.list_stored(self.run_path)
+        by_folder: dict[str, dict[str, StoredFile]] = {}
+        for rel, stored in listing.items():
+            folder, sep, inner = rel.partition("/")
+            if sep:
+                by_folder.setdefault(folder, {})[inner] = stored
+        folders = sorted(set(by_folder) | set(self.storage.list_dirs(self.run_path)))
+
+        records: list[CheckpointRecord] = []
         deleted: list[str] = []
-        for name in self.storage.list_dirs(self.run_path):
-            if name in records:
-                continue
-            found = self.read_marker(name)
-            if found is None:
+        for name in folders:
+            default_round = round_of_default_name(name)
+            if default_round is not None:  # never reuse a name that is or was in use
+                self.note_round(default_round)
+            record = self.read_marker(name)
+            if record is None:
+                if default_round is None:
+                    # Not a name the runtime picks by itself: leave it alone. A new checkpoint
+                    # under this name is checked against stray files before its commit.
+                    logger.info("Folder %s of the run holds no committed checkpoint", name)
+                    continue
                 if delete_uncommitted:
                     logger.warning(
                         "Deleting uncommitted checkpoint folder %s (left by an interrupted "
                         "upload or deletion; it can never be resumed from)",
                         join_uri(self.run_path, name),
                     )
+                    self._fence()
                     self.storage.delete_dir(join_uri(self.run_path, name))
                     deleted.append(name)
                 continue
-            logger.info("Recovered committed checkpoint %s missing from the manifest", name)
-            records[name] = found
-        self.records = sorted(records.values(), key=lambda r: r.round)
+            problem = _files_problem(record, by_folder.get(name, {}))
+            if problem is not None:
+                logger.warning(
+                    "Skipping checkpoint %s: %s. It is not resumed from and not listed; its "
+                    "files are left as they are",
+                    record.path,
+                    problem,
+                )
+                continue
+            later = indexed.get(name)
+            if later is not None:
+                _apply_index(record, later)
+            elif manifest is not None:
+                logger.info("Recovered committed checkpoint %s missing from the manifest", name)
+            records.append(record)
+        verified = {r.name for r in records}
+        for name in sorted(set(indexed) - verified):
+            logger.warning(
+                "The manifest lists checkpoint %s but its folder is missing or damaged; "
+                "skipping it",
+                join_uri(self.run_path, name),
+            )
+        self.records = sorted(records, key=lambda r: r.round)
         for record in self.records:
-            self.next_round = max(self.next_round, record.round + 1)
+            self.note_round(record.round)
+        if delete_uncommitted and (manifest is not None or self.records):
+            listed = [item.get("name") for item in (manifest or {}).get("checkpoints", [])]
+            if manifest is None or listed != [r.name for r in self.records]:
+                logger.warning(
+                    "Rewriting the manifest %s from the commit markers", self.manifest_uri
+                )
+                self.save()
         return deleted
+
+
+def _apply_index(record: CheckpointRecord, item: dict[str, Any]) -> None:
+    """Merge what the manifest recorded after the commit (validation) into ``record``."""
+    status = item.get("status")
+    if isinstance(status, str):
+        record.status = status
+    metrics = item.get("validation_metrics")
+    if isinstance(metrics, dict):
+        record.validation_metrics = _metrics_from_json(metrics)
+    error = item.get("validation_error")
+    if isinstance(error, str):
+        record.validation_error = error
+    # Manifests of version 1 carry the metrics too; the marker's copy is the same.
+
+
+def _files_problem(record: CheckpointRecord, stored: dict[str, StoredFile]) -> str | None:
+    """Why the stored folder does not match ``record``'s file list (None when it does)."""
+    present = {rel: f for rel, f in stored.items() if Path(rel).name != COMMIT_MARKER}
+    if record.files is None:  # committed before markers listed files
+        return None if present else "the folder holds no files"
+    missing = sorted(set(record.files) - set(present))
+    if missing:
+        return f"{len(missing)} of its {len(record.files)} file(s) are missing ({missing[0]}, ...)"
+    changed = sorted(r for r in record.files if present[r].size != record.files[r].size)
+    if changed:
+        return f"{len(changed)} file(s) changed size since the commit ({changed[0]}, ...)"
+    return None

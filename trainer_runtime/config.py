@@ -165,23 +165,46 @@ class CheckpointConfig:
 
 @dataclass
 class FailureConfig:
-    """How many worker-group failures to survive (``-1``: unlimited).
+    """How many worker-group failures to survive (``-1``: unlimited), and how fast to retry.
 
     After a failure the group restarts and resumes from the latest committed checkpoint.
+    Restarts back off exponentially: the n-th failure in a row waits
+    ``restart_backoff_s * 2**(n-1)`` seconds (at most ``max_restart_backoff_s``) before the
+    workers start again, so a short outage (storage, network) does not use up
+    ``max_failures`` in a few seconds: with the defaults, three failures in a row span
+    2 + 4 + 8 = 14 s. A failure after an attempt that committed a checkpoint starts the
+    sequence again. ``restart_backoff_s=0`` restarts at once.
     """
 
     max_failures: int = 0
+    restart_backoff_s: float = 2.0
+    max_restart_backoff_s: float = 60.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_failures, int) or self.max_failures < -1:
+        if (
+            not isinstance(self.max_failures, int)
+            or isinstance(self.max_failures, bool)
+            or self.max_failures < -1
+        ):
             raise ValueError(
                 f"FailureConfig.max_failures must be an int >= -1 (-1 = unlimited), "
                 f"got {self.max_failures!r}"
             )
+        for name in ("restart_backoff_s", "max_restart_backoff_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ValueError(f"FailureConfig.{name} must be a number >= 0, got {value!r}")
 
     def allows(self, failures: int) -> bool:
         """Whether a run that has seen ``failures`` failures may restart once more."""
         return self.max_failures == -1 or failures <= self.max_failures
+
+    def backoff_s(self, failures_in_a_row: int) -> float:
+        """Seconds to wait before restarting after the n-th failure in a row (n >= 1)."""
+        if failures_in_a_row < 1 or self.restart_backoff_s == 0:
+            return 0.0
+        exponent = min(failures_in_a_row - 1, 30)
+        return float(min(self.max_restart_backoff_s, self.restart_backoff_s * 2**exponent))
 
 
 @dataclass

@@ -58,7 +58,27 @@ class UserConfigError(TrainerRuntimeError, ValueError):
 
 
 class StorageError(TrainerRuntimeError):
-    """A storage operation failed after its retries."""
+    """A storage operation failed after its retries.
+
+    ``permanent``: retrying cannot help (access denied, bucket not found): the run fails at
+    once instead of spending ``FailureConfig.max_failures`` on restarts.
+    """
+
+    def __init__(self, message: str, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent
+
+
+class CheckpointSourceError(ReportError):
+    """A reported checkpoint folder vanished or changed before its upload finished.
+
+    The checkpoint is not committed. A restart would repeat the same train code, so the
+    run fails at once with the folder named and the fix.
+    """
+
+
+class FencedError(TrainerRuntimeError):
+    """A newer driver took over the run folder; this process must stop writing to it."""
 
 
 class ValidationDispatchError(TrainerRuntimeError):

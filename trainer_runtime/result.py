@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer_runtime._fencing import driver_file_uri
 from trainer_runtime.checkpoint import Checkpoint
-from trainer_runtime.checkpoint_manager import MANIFEST_FILE, CheckpointRecord
-from trainer_runtime.storage import get_storage, join_uri
+from trainer_runtime.checkpoint_manager import CheckpointManager, CheckpointRecord
+from trainer_runtime.storage import get_storage, validate_storage_uri
 
 
 @dataclass
@@ -49,19 +50,32 @@ class Result:
         return pick(scored, key=lambda cm: cm[1])[0]
 
     @classmethod
-    def from_path(cls, path: str) -> Result:
-        """Rebuild a Result from a run folder's manifest (e.g. after the driver exited)."""
-        storage = get_storage(path)
-        data = json.loads(storage.read_bytes(join_uri(path, MANIFEST_FILE)))
-        records = [CheckpointRecord.from_json(d) for d in data.get("checkpoints", [])]
-        latest = records[-1] if records else None
-        best_name = data.get("best")
-        best = next((r for r in records if r.name == best_name), None)
+    def from_path(cls, path: str | os.PathLike[str]) -> Result:
+        """Rebuild a Result from a run folder (e.g. after the driver exited).
+
+        Only checkpoints that verify against their commit markers are listed (see
+        :meth:`CheckpointManager.restore`); nothing in the folder is changed. Raises
+        RuntimeError when ``path`` holds no run.
+        """
+        uri = validate_storage_uri(os.fspath(path), "path")
+        storage = get_storage(uri)
+        manager = CheckpointManager.for_reading(uri, storage)
+        if (
+            not manager.records
+            and manager.read_manifest() is None
+            and not storage.exists(driver_file_uri(uri))
+        ):
+            raise RuntimeError(
+                f"no run found at {uri}: it holds neither a checkpoint manifest nor committed "
+                "checkpoints (pass the run folder: RunConfig.storage_path/RunConfig.name)"
+            )
+        latest = manager.latest
+        best = manager.best()
         return cls(
             metrics=latest.all_metrics if latest else None,
             checkpoint=latest.checkpoint if latest else None,
-            path=path,
-            best_checkpoints=[(r.checkpoint, r.all_metrics) for r in records],
-            checkpoints=records,
+            path=uri,
+            best_checkpoints=[(r.checkpoint, r.all_metrics) for r in manager.ranked()],
+            checkpoints=list(manager.records),
             best_checkpoint=best.checkpoint if best else None,
         )

@@ -228,8 +228,11 @@ def test_a_new_driver_never_commits_files_left_by_an_interrupted_upload(
     # A driver died while uploading the next checkpoint: files, no commit marker.
     storage.write_bytes(join_uri(run, "checkpoint_000001", "stale.bin"), b"old")
     result = _fit(counting_train, {"steps": 2}, storage_path)
-    assert result.checkpoint == Checkpoint(join_uri(run, "checkpoint_000001"))
-    assert storage.list_files(join_uri(run, "checkpoint_000001")) == [
+    # The stale folder is deleted and its name never used again (a fenced-off writer may
+    # still be finishing a file there); the new checkpoint holds only its own files.
+    assert result.checkpoint == Checkpoint(join_uri(run, "checkpoint_000002"))
+    assert storage.list_dirs(run) == ["checkpoint_000000", "checkpoint_000002"]
+    assert storage.list_files(join_uri(run, "checkpoint_000002")) == [
         COMMIT_MARKER,
         "rank_0.json",
     ]

@@ -60,6 +60,7 @@ def test_torchrun_two_processes_report_checkpoint_and_resume(tmp_path: Path) -> 
     ckpt = storage / "torchrun" / "checkpoint_000002"
     assert sorted(p.name for p in ckpt.iterdir()) == [COMMIT_MARKER, "rank_0.json", "rank_1.json"]
     assert sorted(p.name for p in (storage / "torchrun").iterdir()) == [
+        ".trainjob_driver.json",  # which driver owns the run (fencing)
         "checkpoint_000001",
         "checkpoint_000002",
         "checkpoint_manifest.json",

@@ -22,11 +22,11 @@ class SlowStorage(LocalStorage):
         self.gate = threading.Event()
         self.fail_on: set[str] = set()
 
-    def upload_dir(self, local_dir: Path, dest_uri: str) -> TransferStats:
+    def upload_dir(self, local_dir: Path, dest_uri: str, **kwargs: Any) -> TransferStats:
         self.gate.wait(10)
         if Path(dest_uri).name in self.fail_on:
             raise OSError(f"disk full writing {dest_uri}")
-        return super().upload_dir(local_dir, dest_uri)
+        return super().upload_dir(local_dir, dest_uri, **kwargs)
 
 
 def _job(tmp: Path, i: int, delete: bool = True) -> UploadJob:

@@ -279,6 +279,7 @@ def test_a_failing_dispatcher_fails_the_run_instead_of_hanging(tmp_path: Path) -
     def train() -> None:
         for step in range(2):
             folder = tempfile.mkdtemp(dir=tmp_path)
+            Path(folder, "weights").write_text(str(step))
             tr.report({"step": step}, checkpoint=Checkpoint(folder), validate_fn=validate)
 
     with pytest.raises(TrainingFailedError, match="recording validation results failed") as info:

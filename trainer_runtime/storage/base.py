@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -16,13 +17,48 @@ T = TypeVar("T")
 SUPPORTED_SCHEMES = ("gs://", "file://", "/")
 
 
+@dataclass(frozen=True)
+class StoredFile:
+    """One stored file as storage lists it: its size and a fingerprint of this very write.
+
+    The fingerprint changes whenever the file is written again, even with the same size:
+    the modification time in nanoseconds for local files, the object generation on GCS.
+    """
+
+    size: int
+    fingerprint: str = ""
+
+    def to_json(self) -> list[int | str]:
+        """``[size, fingerprint]`` (compact: a checkpoint may hold thousands of files)."""
+        return [self.size, self.fingerprint]
+
+    @classmethod
+    def from_json(cls, data: object) -> StoredFile:
+        """Inverse of :meth:`to_json`; raises ValueError on anything else."""
+        if (
+            isinstance(data, list)
+            and len(data) == 2
+            and isinstance(data[0], int)
+            and not isinstance(data[0], bool)
+            and isinstance(data[1], str)
+        ):
+            return cls(data[0], data[1])
+        raise ValueError(f"not a stored-file entry: {data!r}")
+
+
+#: Check called between files of an upload; it raises to stop the upload (fencing).
+UploadCheck = Callable[[], None]
+
+
 @dataclass
 class TransferStats:
-    """What one directory transfer moved."""
+    """What one directory transfer moved (and, for uploads, what was stored where)."""
 
     files: int = 0
     bytes: int = 0
     seconds: float = 0.0
+    #: Uploads: every stored file, relative to the destination folder.
+    stored: dict[str, StoredFile] = field(default_factory=dict)
 
     @property
     def throughput_mib_s(self) -> float:
@@ -75,6 +111,54 @@ def is_gcs_uri(uri: str) -> bool:
     return uri.startswith("gs://")
 
 
+_PERMANENT_ERRNOS = {
+    errno.EACCES,
+    errno.EPERM,
+    errno.EROFS,
+    errno.ENOENT,
+    errno.ENOTDIR,
+    errno.EISDIR,
+}
+_PERMANENT_HTTP = {401, 403, 404}
+
+
+def is_permanent_error(exc: BaseException) -> bool:
+    """Whether retrying (or restarting the workers) cannot fix a storage error.
+
+    Permission denied, read-only filesystem, not found (a missing bucket or source folder),
+    HTTP 401/403/404, a :class:`StorageError` marked permanent, and errors the runtime
+    raises for bad input or fencing.
+    """
+    from trainer_runtime.errors import CheckpointSourceError, FencedError, StorageError
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, CheckpointSourceError | FencedError):
+            return True
+        if isinstance(current, StorageError) and current.permanent:
+            return True
+        if isinstance(current, OSError) and current.errno in _PERMANENT_ERRNOS:
+            return True
+        code = getattr(current, "code", None)
+        if isinstance(code, int) and code in _PERMANENT_HTTP:
+            return True
+        current = current.__cause__
+    return False
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Type: message`` with the path(s) an OSError names, even when ``str()`` drops them."""
+    text = str(exc)
+    if isinstance(exc, OSError):
+        paths = [p for p in (exc.filename, exc.filename2) if p is not None]
+        missing = [os.fsdecode(p) for p in paths if os.fsdecode(p) not in text]
+        if missing:
+            text = f"{text} ({' -> '.join(missing)})"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def retry_call(
     fn: Callable[[], T],
     *,
@@ -105,8 +189,21 @@ class Storage(ABC):
     """One storage backend. Paths are full URIs as returned by :func:`join_uri`."""
 
     @abstractmethod
-    def upload_dir(self, local_dir: Path, dest_uri: str) -> TransferStats:
-        """Copy every file under ``local_dir`` to ``dest_uri`` (same relative layout)."""
+    def upload_dir(
+        self,
+        local_dir: Path,
+        dest_uri: str,
+        *,
+        files: Sequence[str] | None = None,
+        check: UploadCheck | None = None,
+    ) -> TransferStats:
+        """Copy files under ``local_dir`` to ``dest_uri`` (same relative layout).
+
+        ``files``: the relative paths to copy (default: every file below ``local_dir``); a
+        listed file that is missing raises FileNotFoundError naming it. ``check`` is called
+        before each file and may raise to stop the upload. ``TransferStats.stored`` lists
+        what was stored, with fingerprints matching :meth:`list_stored`.
+        """
 
     @abstractmethod
     def download_dir(self, src_uri: str, local_dir: Path) -> TransferStats:
@@ -131,6 +228,10 @@ class Storage(ABC):
     @abstractmethod
     def list_files(self, uri: str) -> list[str]:
         """Paths, relative to ``uri``, of every file below it (sorted)."""
+
+    @abstractmethod
+    def list_stored(self, uri: str) -> dict[str, StoredFile]:
+        """Every file below ``uri`` (relative path -> size and fingerprint)."""
 
     @abstractmethod
     def delete_dir(self, uri: str) -> None:

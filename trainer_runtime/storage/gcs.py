@@ -16,13 +16,21 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from trainer_runtime.errors import StorageError
-from trainer_runtime.storage.base import Storage, TransferStats, retry_call
+from trainer_runtime.storage.base import (
+    Storage,
+    StoredFile,
+    TransferStats,
+    UploadCheck,
+    describe_error,
+    is_permanent_error,
+    retry_call,
+)
 
 _TRANSIENT_HTTP = {408, 429, 500, 502, 503, 504}
 _CHUNK_ALIGN = 256 * 1024  # resumable upload chunks must be multiples of 256 KiB
@@ -111,22 +119,31 @@ class GCSStorage(Storage):
         except Exception as exc:
             if _is_not_found(exc):
                 raise FileNotFoundError(f"{what}: not found ({exc})") from exc
-            raise StorageError(f"{what} failed after retries: {exc}") from exc
+            if is_permanent_error(exc):
+                raise StorageError(
+                    f"{what} failed (not retried: {describe_error(exc)})", permanent=True
+                ) from exc
+            raise StorageError(
+                f"{what} failed after {self.attempts} attempts: {describe_error(exc)}"
+            ) from exc
 
     # -- transfers ------------------------------------------------------------------------
-    def _upload_file(self, path: Path, uri: str) -> int:
+    def _upload_file(self, path: Path, uri: str, check: UploadCheck | None) -> StoredFile:
+        if check is not None:
+            check()
         size = path.stat().st_size
 
-        def upload() -> None:
+        def upload() -> StoredFile:
             blob = self._blob(uri)
             if size > self.chunked_threshold:
                 blob.chunk_size = self.chunk_size
             blob.upload_from_filename(
                 str(path), checksum="crc32c", retry=None, timeout=self.timeout_s
             )
+            return StoredFile(int(blob.size or size), str(blob.generation or ""))
 
-        self._retry(upload, f"upload {path} -> {uri}")
-        return size
+        stored: StoredFile = self._retry(upload, f"upload {path} -> {uri}")
+        return stored
 
     def _download_file(self, uri: str, path: Path) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -153,15 +170,34 @@ class GCSStorage(Storage):
         stats.seconds = time.perf_counter() - start
         return stats
 
-    def upload_dir(self, local_dir: Path, dest_uri: str) -> TransferStats:
-        """Upload every file under ``local_dir`` in parallel."""
+    def upload_dir(
+        self,
+        local_dir: Path,
+        dest_uri: str,
+        *,
+        files: Sequence[str] | None = None,
+        check: UploadCheck | None = None,
+    ) -> TransferStats:
+        """Upload files under ``local_dir`` in parallel (``check`` runs before each file)."""
         root = Path(local_dir)
-        files = sorted(p for p in root.rglob("*") if p.is_file())
-        dest = dest_uri.rstrip("/")
-        return self._parallel(
-            functools.partial(self._upload_file, f, f"{dest}/{f.relative_to(root).as_posix()}")
-            for f in files
+        rels = (
+            [p.relative_to(root).as_posix() for p in sorted(root.rglob("*")) if p.is_file()]
+            if files is None
+            else list(files)
         )
+        dest = dest_uri.rstrip("/")
+        start = time.perf_counter()
+        stats = TransferStats()
+        if not rels:
+            return stats
+        jobs = [functools.partial(self._upload_file, root / r, f"{dest}/{r}", check) for r in rels]
+        with ThreadPoolExecutor(max_workers=min(self.max_workers, len(jobs))) as pool:
+            for rel, stored in zip(rels, pool.map(lambda job: job(), jobs), strict=True):
+                stats.stored[rel] = stored
+                stats.files += 1
+                stats.bytes += stored.size
+        stats.seconds = time.perf_counter() - start
+        return stats
 
     def download_dir(self, src_uri: str, local_dir: Path) -> TransferStats:
         """Download every object below ``src_uri`` in parallel."""
@@ -230,6 +266,22 @@ class GCSStorage(Storage):
             )
 
         result: list[str] = self._retry(list_all, f"list {uri}")
+        return result
+
+    def list_stored(self, uri: str) -> dict[str, StoredFile]:
+        """Every object below ``uri`` with its size and generation."""
+        bucket, key = split_gcs_uri(uri)
+        prefix = f"{key}/" if key else ""
+
+        def list_all() -> dict[str, StoredFile]:
+            return {
+                b.name[len(prefix) :]: StoredFile(int(b.size or 0), str(b.generation or ""))
+                for b in self.client.list_blobs(
+                    bucket, prefix=prefix, retry=None, timeout=self.timeout_s
+                )
+            }
+
+        result: dict[str, StoredFile] = self._retry(list_all, f"list {uri}")
         return result
 
     def delete_dir(self, uri: str) -> None:

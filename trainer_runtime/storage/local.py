@@ -6,37 +6,50 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-from trainer_runtime.storage.base import Storage, TransferStats
+from trainer_runtime.storage.base import Storage, StoredFile, TransferStats, UploadCheck
 
 
 def _walk_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file())
 
 
+def _stored(path: Path) -> StoredFile:
+    st = path.stat()
+    return StoredFile(st.st_size, str(st.st_mtime_ns))
+
+
 class LocalStorage(Storage):
     """Files under an absolute local path."""
 
-    def upload_dir(self, local_dir: Path, dest_uri: str) -> TransferStats:
+    def upload_dir(
+        self,
+        local_dir: Path,
+        dest_uri: str,
+        *,
+        files: Sequence[str] | None = None,
+        check: UploadCheck | None = None,
+    ) -> TransferStats:
         """Copy the folder's files (``copyfile`` uses the kernel's zero-copy path)."""
         start = time.perf_counter()
         src = Path(local_dir).resolve()
         dest = Path(dest_uri)
+        rels = [str(f.relative_to(src)) for f in _walk_files(src)] if files is None else list(files)
         stats = TransferStats()
-        if dest.exists() and dest.resolve() == src:
-            # The checkpoint was written in place: nothing to copy.
-            for f in _walk_files(src):
-                stats.files += 1
-                stats.bytes += f.stat().st_size
-            stats.seconds = time.perf_counter() - start
-            return stats
-        for f in _walk_files(src):
-            target = dest / f.relative_to(src)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(f, target)
+        in_place = dest.exists() and dest.resolve() == src
+        for rel in rels:
+            if check is not None:
+                check()
+            target = dest / rel
+            if not in_place:  # else the checkpoint was written in place: nothing to copy
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src / rel, target)
+            stored = _stored(target)
+            stats.stored[rel] = stored
             stats.files += 1
-            stats.bytes += f.stat().st_size
+            stats.bytes += stored.size
         dest.mkdir(parents=True, exist_ok=True)
         stats.seconds = time.perf_counter() - start
         return stats
@@ -84,6 +97,19 @@ class LocalStorage(Storage):
         if not root.is_dir():
             return []
         return [str(p.relative_to(root)) for p in _walk_files(root)]
+
+    def list_stored(self, uri: str) -> dict[str, StoredFile]:
+        """Every file below ``uri`` with its size and modification time."""
+        root = Path(uri)
+        if not root.is_dir():
+            return {}
+        out: dict[str, StoredFile] = {}
+        for path in _walk_files(root):
+            try:
+                out[str(path.relative_to(root))] = _stored(path)
+            except FileNotFoundError:  # deleted while listing
+                continue
+        return out
 
     def delete_dir(self, uri: str) -> None:
         """Remove the folder tree."""

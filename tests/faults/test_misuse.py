@@ -1,0 +1,190 @@
+"""A committed checkpoint is never lost or torn, whatever the train function does.
+
+Each scenario runs in local mode and on Ray with two workers, then checks the run folder
+against the commit invariant (``check_run``). Before these fixes each of them committed an
+empty or torn checkpoint, deleted files outside the run, or bricked the run folder.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import trainer_runtime as tr
+from tests.faults.workloads import check_run, integrity_train, write_checkpoint
+from trainer_runtime import (
+    Checkpoint,
+    CheckpointConfig,
+    DataParallelTrainer,
+    FailureConfig,
+    Result,
+    RunConfig,
+    ScalingConfig,
+    TrainingFailedError,
+)
+from trainer_runtime._layout import MANIFEST_FILE
+from trainer_runtime.errors import ReportError, UserConfigError
+from trainer_runtime.storage import join_uri
+
+SCALINGS = {"local": ScalingConfig(num_workers=0), "ray": ScalingConfig(num_workers=2)}
+
+
+@pytest.fixture(params=["local", "ray"])
+def scaling(request: pytest.FixtureRequest) -> ScalingConfig:
+    """Local mode, or two Ray workers on the session's real local Ray cluster."""
+    if request.param == "ray":
+        request.getfixturevalue("ray_cluster")
+    return SCALINGS[request.param]
+
+
+def _fit(
+    fn: Any, config: dict[str, Any], storage: str, scaling: ScalingConfig, **run: Any
+) -> Result:
+    return DataParallelTrainer(
+        fn,
+        train_loop_config=config,
+        scaling_config=scaling,
+        run_config=RunConfig(name="run", storage_path=storage, **run),
+    ).fit()
+
+
+def _world(scaling: ScalingConfig) -> int:
+    return max(1, scaling.num_workers)
+
+
+def test_a_folder_deleted_before_its_async_upload_fails_the_report(
+    tmp_path: Path, scaling: ScalingConfig
+) -> None:
+    storage = str(tmp_path / "storage")
+    config = {"steps": 3, "mode": "async", "misuse": "delete", "size": 4 << 20, "files": 4}
+    with pytest.raises(TrainingFailedError) as info:
+        _fit(integrity_train, config, storage, scaling, failure_config=FailureConfig(3))
+    message = str(info.value)
+    assert "was deleted" in message or "changed" in message, message
+    assert "ckpt_" in message and "tempfile.mkdtemp()" in message  # the folder and the fix
+    assert info.value.result is not None and info.value.result.restarts == 0  # not retried
+    result = check_run(join_uri(storage, "run"), _world(scaling))
+    assert all(len(r.files or {}) > 1 for r in result.checkpoints)
+
+
+def test_the_same_folder_reported_twice_never_commits_a_torn_checkpoint(
+    tmp_path: Path, scaling: ScalingConfig
+) -> None:
+    storage = str(tmp_path / "storage")
+    config = {"steps": 4, "mode": "async", "misuse": "reuse", "size": 8 << 20, "files": 2}
+    with pytest.raises(TrainingFailedError, match="changed"):
+        _fit(integrity_train, config, storage, scaling)
+    check_run(join_uri(storage, "run"), _world(scaling))  # whatever was committed is whole
+
+
+def test_an_empty_checkpoint_is_refused(tmp_path: Path, scaling: ScalingConfig) -> None:
+    def train() -> None:
+        tr.report({"step": 0}, checkpoint=Checkpoint.from_directory(tempfile.mkdtemp()))
+
+    with pytest.raises(TrainingFailedError, match="holds no files") as info:
+        _fit(train, {}, str(tmp_path / "s"), scaling)
+    assert isinstance(info.value.cause, UserConfigError)
+    assert Result.from_path(tmp_path / "s" / "run").checkpoints == []
+
+
+@pytest.mark.parametrize("contains", ["storage_path", "run folder"])
+def test_delete_after_upload_refuses_a_folder_holding_the_storage(
+    tmp_path: Path, scaling: ScalingConfig, contains: str
+) -> None:
+    storage = tmp_path / "storage"
+    other_run = storage / "other-run" / "keep.bin"
+    other_run.parent.mkdir(parents=True)
+    other_run.write_bytes(b"another run's data")
+    target = str(storage if contains == "storage_path" else storage / "run")
+
+    def train() -> None:
+        folder = Path(target)
+        write_checkpoint(folder, 0, tr.get_context().get_world_rank(), 1, 10)
+        tr.report(
+            {"step": 0},
+            checkpoint=Checkpoint.from_directory(folder),
+            checkpoint_upload_mode="async",
+        )
+
+    with pytest.raises(TrainingFailedError, match=r"contains this run's .*delete_local") as info:
+        _fit(train, {}, str(storage), scaling)
+    assert isinstance(info.value.cause, UserConfigError | ReportError)
+    assert other_run.read_bytes() == b"another run's data"
+    assert (storage / "rank0_0.bin").exists() or (storage / "run" / "rank0_0.bin").exists()
+
+
+@pytest.mark.parametrize("name", [MANIFEST_FILE, ".trainjob_driver.json", ".hidden", "a/b"])
+def test_reserved_checkpoint_names_are_refused_and_the_run_stays_readable(
+    tmp_path: Path, name: str
+) -> None:
+    def train() -> None:
+        folder = Path(tempfile.mkdtemp())
+        write_checkpoint(folder, 0, 0, 1, 10)
+        tr.report({"step": 0}, checkpoint=Checkpoint.from_directory(folder))
+        folder = Path(tempfile.mkdtemp())
+        write_checkpoint(folder, 1, 0, 1, 10)
+        tr.report(
+            {"step": 1}, checkpoint=Checkpoint.from_directory(folder), checkpoint_dir_name=name
+        )
+
+    with pytest.raises(TrainingFailedError, match="checkpoint_dir_name") as info:
+        _fit(train, {}, str(tmp_path), SCALINGS["local"])
+    assert isinstance(info.value.cause, UserConfigError)
+    result = check_run(str(tmp_path / "run"), 1)
+    assert [r.name for r in result.checkpoints] == ["checkpoint_000000"]
+
+
+def test_nan_scores_rank_below_every_real_score(tmp_path: Path, scaling: ScalingConfig) -> None:
+    losses = [0.5, math.nan, 0.1, 0.9, math.nan, 0.8]
+    keep = CheckpointConfig(
+        num_to_keep=2, checkpoint_score_attribute="loss", checkpoint_score_order="min"
+    )
+    result = _fit(
+        integrity_train,
+        {"steps": len(losses), "losses": losses},
+        str(tmp_path),
+        scaling,
+        checkpoint_config=keep,
+    )
+    kept = [m["loss"] for _, m in result.best_checkpoints]
+    assert kept == [0.1, 0.5, 0.8]  # top 2 by loss, then the latest (always kept)
+    assert result.best_checkpoints[0][0].path.endswith("checkpoint_000002")
+    again = check_run(str(tmp_path / "run"), _world(scaling))
+    assert [m["loss"] for _, m in again.best_checkpoints] == kept
+
+
+def test_non_finite_metrics_are_strict_json_and_read_back(tmp_path: Path) -> None:
+    def train() -> None:
+        folder = Path(tempfile.mkdtemp())
+        write_checkpoint(folder, 0, 0, 1, 10)
+        metrics = {"step": 0, "nan": math.nan, "inf": math.inf, "neg": -math.inf, "text": "NaNa"}
+        tr.report(metrics, checkpoint=Checkpoint.from_directory(folder))
+
+    _fit(train, {}, str(tmp_path), SCALINGS["local"])
+    run = tmp_path / "run"
+    check_run(str(run), 1)  # parses the manifest and the markers strictly
+    marker = (run / "checkpoint_000000" / ".trainjob_committed.json").read_text()
+    assert json.loads(marker, parse_constant=lambda c: 1 / 0)["metrics"]["inf"] == "Infinity"
+    metrics = Result.from_path(run).metrics
+    assert metrics is not None and math.isnan(metrics["nan"]) and metrics["neg"] == -math.inf
+    assert metrics["text"] == "NaNa"
+
+
+def test_the_manifest_does_not_copy_every_checkpoints_metrics(tmp_path: Path) -> None:
+    def train() -> None:
+        for step in range(3):
+            folder = Path(tempfile.mkdtemp())
+            write_checkpoint(folder, step, 0, 1, 10)
+            metrics = {f"m{i}": float(i) for i in range(20_000)} | {"step": step}
+            tr.report(metrics, checkpoint=Checkpoint.from_directory(folder))
+
+    _fit(train, {}, str(tmp_path), SCALINGS["local"])
+    manifest = tmp_path / "run" / MANIFEST_FILE
+    assert manifest.stat().st_size < 4096  # metrics live in each marker, written once
+    result = check_run(str(tmp_path / "run"), 1)
+    assert len(result.checkpoints[-1].metrics) == 20_001

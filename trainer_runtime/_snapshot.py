@@ -1,0 +1,82 @@
+"""What a rank reported: the files of a checkpoint folder at ``report()`` time.
+
+``report()`` lists the folder (names, sizes, modification times). The upload stores
+exactly those files and checks, before and after, that the folder still holds them
+unchanged: a folder deleted, emptied or rewritten before its upload finished (e.g. the
+same folder reported again for the next checkpoint) fails that report instead of
+committing a checkpoint with missing files or files of another round.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainer_runtime._layout import COMMIT_MARKER
+from trainer_runtime.errors import CheckpointSourceError
+
+_FIX = (
+    "Write each checkpoint into a new folder (e.g. tempfile.mkdtemp()) and leave it alone "
+    "until the upload is done: with CheckpointUploadMode.ASYNC the upload runs after "
+    "report() returns, and the folder is deleted for you afterwards"
+)
+
+
+@dataclass(frozen=True)
+class FolderSnapshot:
+    """The files of a folder: relative path -> (size, mtime in ns)."""
+
+    root: Path
+    files: dict[str, tuple[int, int]]
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes in all files."""
+        return sum(size for size, _ in self.files.values())
+
+    def verify(self, when: str) -> None:
+        """Raise :class:`CheckpointSourceError` unless the folder still matches."""
+        if not self.root.is_dir():
+            raise CheckpointSourceError(
+                f"checkpoint folder {self.root} was deleted {when}; it held "
+                f"{len(self.files)} file(s) when report() was called. {_FIX}"
+            )
+        now = take_snapshot(self.root).files
+        if now == self.files:
+            return
+        gone = sorted(set(self.files) - set(now))
+        new = sorted(set(now) - set(self.files))
+        changed = sorted(r for r in set(now) & set(self.files) if now[r] != self.files[r])
+        parts = [
+            f"{label}: {_names(names)}"
+            for label, names in (("removed", gone), ("added", new), ("rewritten", changed))
+            if names
+        ]
+        raise CheckpointSourceError(
+            f"checkpoint folder {self.root} changed {when} ({'; '.join(parts)}), so the "
+            f"stored copy could mix files of different checkpoints. {_FIX}"
+        )
+
+
+def _names(names: list[str], limit: int = 5) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def take_snapshot(root: Path) -> FolderSnapshot:
+    """List ``root``'s files (the commit marker of a committed checkpoint left out)."""
+    files: dict[str, tuple[int, int]] = {}
+    base = str(root)
+    for folder, _, names in os.walk(base):
+        for name in names:
+            path = os.path.join(folder, name)
+            rel = os.path.relpath(path, base)
+            if rel == COMMIT_MARKER:
+                continue
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                continue
+            files[rel] = (st.st_size, st.st_mtime_ns)
+    return FolderSnapshot(root, files)
