@@ -12,7 +12,8 @@ import pytest
 
 from tests.faults.workloads import check_run, integrity_train, read_events
 from trainer_runtime import DataParallelTrainer, Result, RunConfig, ScalingConfig
-from trainer_runtime._layout import COMMIT_MARKER, MANIFEST_FILE
+from trainer_runtime.checkpoint import COMMIT_MARKER
+from trainer_runtime.checkpoint_manager import MANIFEST_FILE
 
 
 def _fit(storage: Path, steps: int, log: Path) -> Result:

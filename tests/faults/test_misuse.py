@@ -27,7 +27,7 @@ from trainer_runtime import (
     ScalingConfig,
     TrainingFailedError,
 )
-from trainer_runtime._layout import MANIFEST_FILE
+from trainer_runtime.checkpoint_manager import MANIFEST_FILE
 from trainer_runtime.errors import ReportError, UserConfigError
 from trainer_runtime.storage import join_uri
 

@@ -27,9 +27,7 @@ from trainer_runtime import (
     ScalingConfig,
     TrainingFailedError,
 )
-from trainer_runtime._fencing import read_epoch
-from trainer_runtime._layout import COMMIT_MARKER
-from trainer_runtime.storage import get_storage
+from trainer_runtime.checkpoint import COMMIT_MARKER
 from trainer_runtime.storage.factory import reset_storage_cache
 
 
@@ -71,6 +69,11 @@ def _in_background(fn: Callable[[], None]) -> threading.Thread:
     thread.errors = errors  # type: ignore[attr-defined]
     thread.start()
     return thread
+
+
+def _epoch(run: Path) -> int:
+    """The epoch of the driver that owns ``run`` (see ``trainer_runtime._fencing``)."""
+    return int(json.loads((run / ".trainjob_driver.json").read_text())["epoch"])
 
 
 BIG = {"files": 8, "size": 2 << 20, "mode": "async", "sleep": 0.2}
@@ -144,7 +147,7 @@ def test_a_killed_driver_is_fenced_off_and_a_new_driver_resumes(
     finally:
         if driver.poll() is None:
             driver.kill()
-    assert read_epoch(get_storage(str(run)), str(run)) == 1
+    assert _epoch(run) == 1
     first = check_run(str(run), world_size=2)
     assert first.checkpoints, "the killed driver had committed checkpoints"
 
@@ -154,7 +157,7 @@ def test_a_killed_driver_is_fenced_off_and_a_new_driver_resumes(
         scaling_config=ScalingConfig(num_workers=2),
         run_config=RunConfig(name="run", storage_path=str(storage)),
     ).fit()
-    assert read_epoch(get_storage(str(run)), str(run)) == 2
+    assert _epoch(run) == 2
     assert result.metrics is not None and result.metrics["step"] == 5
     resumed = [e for e in read_events(log) if e["event"] == "start"][-1]["start"]
     assert resumed == first.metrics["step"] + 1  # type: ignore[index]

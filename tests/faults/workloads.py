@@ -20,7 +20,8 @@ from typing import Any
 
 import trainer_runtime as tr
 from trainer_runtime import Checkpoint, Result
-from trainer_runtime._layout import COMMIT_MARKER, MANIFEST_FILE
+from trainer_runtime.checkpoint import COMMIT_MARKER
+from trainer_runtime.checkpoint_manager import MANIFEST_FILE
 from trainer_runtime.storage import get_storage, join_uri
 
 _SHARD = re.compile(r"^rank(\d+)_(\d+)\.bin$")
