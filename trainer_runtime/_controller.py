@@ -16,7 +16,7 @@ from typing import Any
 from trainer_runtime._coordinator import RunCoordinator
 from trainer_runtime._events import WorkerFinishedEvent
 from trainer_runtime._fencing import FenceCheck, take_over
-from trainer_runtime._validation import BaseValidationDispatcher, resume_validations
+from trainer_runtime._validation import BaseValidationDispatcher
 from trainer_runtime.backend import Backend
 from trainer_runtime.callbacks import call_all
 from trainer_runtime.checkpoint_manager import CheckpointManager
@@ -125,7 +125,7 @@ class BaseController:
                 validation.validate_config,
             )
         if owner:
-            resume_validations(self.coordinator)
+            self.coordinator.resume_validations()
         failure_config = self.spec.run.failure_config
         assert failure_config is not None
         in_a_row = 0

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from trainer_runtime._events import (
     Event,
@@ -69,12 +69,15 @@ class _Round:
         return need <= self.uploaded
 
 
-class ValidationDispatcher:
-    """Interface of what runs ``validate_fn`` after a commit (see ``_validation``)."""
+class ValidationDispatcher(Protocol):
+    """What runs validations of committed checkpoints (see ``_validation``).
+
+    The coordinator hands it each committed checkpoint that asks for validation; it
+    reports back only through :meth:`RunCoordinator.record_validation`.
+    """
 
     def submit(self, record: CheckpointRecord, fn: Any, config: dict[str, Any] | None) -> None:
         """Queue a validation of ``record``."""
-        raise NotImplementedError
 
 
 class RunCoordinator:
@@ -235,13 +238,10 @@ class RunCoordinator:
         elif self.default_validation is not None:
             validate = self.default_validation
             record.validation_source = VALIDATE_FN_OF_RUN
-        if validate is not None and self.validator is not None:
-            record.status = CheckpointStatus.PENDING_VALIDATION
-        # Before the marker: a checkpoint that can never be ranked must not look committed.
-        self.manager.check_score_attribute(record)
+        validating = validate is not None and self.validator is not None
         try:
             record.files = self._verified_files(rnd, uri)
-            self.manager.commit(record)
+            self.manager.commit(record, validating=validating)
         except FencedError:
             raise
         except (StorageError, OSError) as exc:
@@ -311,6 +311,68 @@ class RunCoordinator:
                     "by a worker of an earlier attempt; it is not committed"
                 )
         return listed
+
+    # -- validation results -------------------------------------------------------------------
+    def record_validation(
+        self,
+        name: str,
+        status: CheckpointStatus,
+        metrics: dict[str, Any] | None,
+        error: str | None,
+    ) -> CheckpointRecord | None:
+        """The validator's one way back: how a validation ended (see
+        :meth:`CheckpointManager.record_validation`); callbacks see the updated record."""
+        with self.lock:
+            record = self.manager.record_validation(name, status, metrics, error)
+            if record is not None:
+                call_all(self.callbacks, "on_checkpoint", record, self.manager.best())
+            return record
+
+    def validation_queue_changed(
+        self, pending: int, running: int, queued: int, waiting: int
+    ) -> None:
+        """Tell callbacks the validation demand (the operator sizes the pool by it)."""
+        call_all(self.callbacks, "on_validation_demand", pending, running)
+        call_all(self.callbacks, "on_validation_queue", queued, running, waiting)
+
+    def resume_validations(self) -> tuple[list[CheckpointRecord], list[str]]:
+        """A new driver picks up validations a previous driver left pending.
+
+        Those of the run-level validate function (``ValidationConfig.validate_fn``, a
+        TrainJob's ``spec.validation.entrypoint``) are queued again with the function and
+        config this driver has: they read the committed checkpoint from storage. A
+        ``validate_fn`` passed to ``report()`` cannot be recovered by another process, so
+        those (and any pending validation when no run-level function is configured) are
+        recorded as ``validation_lost``. Returns (re-queued records, names of lost ones).
+        """
+        with self.lock:
+            default, validator = self.default_validation, self.validator
+            pending = [r for r in self.manager.records if r.status.is_pending]
+            resumable = default is not None and validator is not None
+            requeue = [
+                r for r in pending if resumable and r.validation_source == VALIDATE_FN_OF_RUN
+            ]
+            lost = self.manager.mark_validations_lost(
+                [r.name for r in pending if r not in requeue],
+                "the driver that queued this validation exited before it ran, and its "
+                "validate_fn (passed to report()) cannot be recovered by a new driver",
+            )
+        if lost:
+            logger.warning(
+                "%d validation(s) queued by a previous driver were lost: %s",
+                len(lost),
+                ", ".join(r.name for r in lost),
+            )
+        if requeue:
+            assert default is not None and validator is not None
+            logger.info(
+                "Re-queueing %d validation(s) a previous driver left pending: %s",
+                len(requeue),
+                ", ".join(r.name for r in requeue),
+            )
+            for record in requeue:
+                validator.submit(record, default[0], default[1])
+        return requeue, [r.name for r in lost]
 
     def next_round_waits_only_on(self, ranks: set[int]) -> bool:
         """Whether the next round to commit lacks only reports or uploads from ``ranks``.

@@ -32,19 +32,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from trainer_runtime._coordinator import RunCoordinator, ValidationDispatcher
 from trainer_runtime._metrics import validate_metrics
-from trainer_runtime.callbacks import call_all
 from trainer_runtime.checkpoint import Checkpoint
-from trainer_runtime.checkpoint_manager import (
-    VALIDATE_FN_OF_RUN,
-    CheckpointRecord,
-    CheckpointStatus,
-)
+from trainer_runtime.checkpoint_manager import CheckpointRecord, CheckpointStatus
 from trainer_runtime.config import ValidationConfig
-from trainer_runtime.errors import UserConfigError, ValidationDispatchError
+from trainer_runtime.errors import ValidationDispatchError
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +62,24 @@ def validation_task(fn: Any, checkpoint_path: str, config: dict[str, Any] | None
     yield run_validation(fn, checkpoint_path, config)
 
 
+class ValidationResults(Protocol):
+    """Where a dispatcher reports to (the run's ``RunCoordinator``)."""
+
+    def record_validation(
+        self,
+        name: str,
+        status: CheckpointStatus,
+        metrics: dict[str, Any] | None,
+        error: str | None,
+    ) -> CheckpointRecord | None:
+        """Record how the validation of checkpoint ``name`` ended; the updated record."""
+
+    def validation_queue_changed(
+        self, pending: int, running: int, queued: int, waiting: int
+    ) -> None:
+        """The queue changed: ``pending``/``running`` demand, ``queued``/``waiting`` counts."""
+
+
 @dataclass
 class _Job:
     record: CheckpointRecord
@@ -81,11 +93,15 @@ class _Job:
     handle: Any = None
 
 
-class BaseValidationDispatcher(ValidationDispatcher, ABC):
-    """Queue, concurrency limit, timeouts and result merging; subclasses launch the work."""
+class BaseValidationDispatcher(ABC):
+    """Queue, concurrency limit and timeouts; subclasses launch the work.
 
-    def __init__(self, coordinator: RunCoordinator, config: ValidationConfig) -> None:
-        self.coordinator = coordinator
+    It gets committed checkpoints through :meth:`submit` and reports each outcome through
+    ``results.record_validation``: the checkpoint manager alone changes a record.
+    """
+
+    def __init__(self, results: ValidationResults, config: ValidationConfig) -> None:
+        self.results = results
         self.config = config
         self._queue: collections.deque[_Job] = collections.deque()
         self._running: list[_Job] = []
@@ -290,7 +306,11 @@ class BaseValidationDispatcher(ValidationDispatcher, ABC):
             return True
 
     def _finish(
-        self, job: _Job, metrics: dict[str, Any] | None, error: str | None, status: str
+        self,
+        job: _Job,
+        metrics: dict[str, Any] | None,
+        error: str | None,
+        status: CheckpointStatus,
     ) -> None:
         # The coordinator's lock is taken without holding ours (the coordinator calls
         # submit() while holding its lock).
@@ -324,38 +344,29 @@ class BaseValidationDispatcher(ValidationDispatcher, ABC):
             self._cancel(job)
 
     def _apply(
-        self, job: _Job, metrics: dict[str, Any] | None, error: str | None, status: str
+        self,
+        job: _Job,
+        metrics: dict[str, Any] | None,
+        error: str | None,
+        status: CheckpointStatus,
     ) -> None:
-        record = job.record
-        coordinator = self.coordinator
-        with coordinator.lock:
-            record.status = status
-            record.validation_metrics = metrics
-            record.validation_error = error
-            if error is None:
-                self.completed += 1
-                logger.info("Validated %s: %s", record.name, metrics)
-            else:
-                self.failed += 1
-                logger.warning("Validation of %s %s: %s", record.name, status, error)
-            manager = coordinator.manager
-            if manager.get(record.name) is None:
-                return  # evicted meanwhile (cannot happen while pending, but be safe)
-            try:
-                manager.check_score_attribute(record)
-            except UserConfigError as exc:
-                record.status = CheckpointStatus.VALIDATION_FAILED
-                record.validation_error = str(exc)
-                self.failed += 1
-                logger.error("%s", exc)
-            manager.update(record)
-            call_all(coordinator.callbacks, "on_checkpoint", record, manager.best())
+        name = job.record.name
+        record = self.results.record_validation(name, status, metrics, error)
+        if record is None:
+            return  # evicted meanwhile (cannot happen while pending, but be safe)
+        if record.status is CheckpointStatus.VALIDATED:
+            self.completed += 1
+            logger.info("Validated %s: %s", name, metrics)
+        else:
+            self.failed += 1
+            logger.warning(
+                "Validation of %s %s: %s", name, record.status.value, record.validation_error
+            )
 
     def _publish_demand(self) -> None:
         pending, running = self.demand()
         queued, _, waiting = self.counts()
-        call_all(self.coordinator.callbacks, "on_validation_demand", pending, running)
-        call_all(self.coordinator.callbacks, "on_validation_queue", queued, running, waiting)
+        self.results.validation_queue_changed(pending, running, queued, waiting)
 
 
 class RayValidationDispatcher(BaseValidationDispatcher):
@@ -365,11 +376,11 @@ class RayValidationDispatcher(BaseValidationDispatcher):
     the time it waited for a node with those resources is not part of ``timeout_s``.
     """
 
-    def __init__(self, coordinator: RunCoordinator, config: ValidationConfig) -> None:
+    def __init__(self, results: ValidationResults, config: ValidationConfig) -> None:
         import ray
 
         self._task: Any = ray.remote(validation_task)
-        super().__init__(coordinator, config)
+        super().__init__(results, config)
 
     def _launch(self, job: _Job) -> Any:
         return self._task.options(
@@ -479,45 +490,3 @@ def _short_error(exc: BaseException) -> str:
     if cause is not None:
         return f"{type(cause).__name__}: {cause}"
     return str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)
-
-
-def resume_validations(coordinator: RunCoordinator) -> tuple[list[CheckpointRecord], list[str]]:
-    """A new driver picks up validations a previous driver left pending.
-
-    Those of the run-level validate function (``ValidationConfig.validate_fn``, a
-    TrainJob's ``spec.validation.entrypoint``) are queued again with the function and
-    config this driver has: they read the committed checkpoint from storage. A
-    ``validate_fn`` passed to ``report()`` cannot be recovered by another process, so
-    those (and any pending validation when no run-level function is configured) are
-    recorded as ``validation_lost``. Returns (re-queued records, names of lost ones).
-    """
-    manager = coordinator.manager
-    default = coordinator.default_validation
-    validator = coordinator.validator
-    pending = [r for r in manager.records if r.status == CheckpointStatus.PENDING_VALIDATION]
-    resumable = default is not None and validator is not None
-    requeue = [r for r in pending if resumable and r.validation_source == VALIDATE_FN_OF_RUN]
-    lost = [r for r in pending if r not in requeue]
-    for record in lost:
-        record.status = CheckpointStatus.VALIDATION_LOST
-        record.validation_error = (
-            "the driver that queued this validation exited before it ran, and its "
-            "validate_fn (passed to report()) cannot be recovered by a new driver"
-        )
-    if lost:
-        manager.update(lost[0])
-        logger.warning(
-            "%d validation(s) queued by a previous driver were lost: %s",
-            len(lost),
-            ", ".join(r.name for r in lost),
-        )
-    if requeue:
-        assert default is not None and validator is not None
-        logger.info(
-            "Re-queueing %d validation(s) a previous driver left pending: %s",
-            len(requeue),
-            ", ".join(r.name for r in requeue),
-        )
-        for record in requeue:
-            validator.submit(record, default[0], default[1])
-    return requeue, [r.name for r in lost]

@@ -31,8 +31,9 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -93,8 +94,8 @@ VALIDATE_FN_OF_RUN = "run"
 VALIDATE_FN_OF_REPORT = "report"
 
 
-class CheckpointStatus:
-    """Life-cycle states of a committed checkpoint."""
+class CheckpointStatus(StrEnum):
+    """Life-cycle states of a committed checkpoint (see ``STATUS_TRANSITIONS``)."""
 
     COMMITTED = "committed"
     PENDING_VALIDATION = "pending_validation"
@@ -103,7 +104,30 @@ class CheckpointStatus:
     VALIDATION_TIMEOUT = "validation_timeout"
     VALIDATION_LOST = "validation_lost"
 
-    PENDING = (PENDING_VALIDATION,)
+    @property
+    def is_pending(self) -> bool:
+        """Whether a validation is still to come (the checkpoint is protected from eviction)."""
+        return self is CheckpointStatus.PENDING_VALIDATION
+
+
+#: The only status changes a committed checkpoint can make, all through the manager: a
+#: checkpoint is committed either without validation (``COMMITTED``, final) or waiting for
+#: one (``PENDING_VALIDATION``), which ends in exactly one of the other states.
+STATUS_TRANSITIONS: dict[CheckpointStatus, frozenset[CheckpointStatus]] = {
+    CheckpointStatus.COMMITTED: frozenset(),
+    CheckpointStatus.PENDING_VALIDATION: frozenset(
+        {
+            CheckpointStatus.VALIDATED,
+            CheckpointStatus.VALIDATION_FAILED,
+            CheckpointStatus.VALIDATION_TIMEOUT,
+            CheckpointStatus.VALIDATION_LOST,
+        }
+    ),
+    CheckpointStatus.VALIDATED: frozenset(),
+    CheckpointStatus.VALIDATION_FAILED: frozenset(),
+    CheckpointStatus.VALIDATION_TIMEOUT: frozenset(),
+    CheckpointStatus.VALIDATION_LOST: frozenset(),
+}
 
 
 @dataclass
@@ -115,7 +139,7 @@ class CheckpointRecord:
     round: int
     metrics: dict[str, Any]
     committed_at: float = field(default_factory=time.time)
-    status: str = CheckpointStatus.COMMITTED
+    status: CheckpointStatus = CheckpointStatus.COMMITTED
     validation_metrics: dict[str, Any] | None = None
     validation_error: str | None = None
     #: Which validate function was queued for it: ``VALIDATE_FN_OF_RUN``,
@@ -163,8 +187,9 @@ class CheckpointRecord:
         known.setdefault("metrics", {})
         files = known.pop("files", None)
         try:
+            known["status"] = CheckpointStatus(known.get("status", CheckpointStatus.COMMITTED))
             record = cls(**known)
-        except TypeError as exc:
+        except (TypeError, ValueError) as exc:
             raise ValueError(f"not a checkpoint record: {exc}") from None
         if not isinstance(record.name, str) or not isinstance(record.path, str):
             raise ValueError("a checkpoint record needs a string name and path")
@@ -259,10 +284,11 @@ class CheckpointManager:
     def check_score_attribute(self, record: CheckpointRecord) -> None:
         """Fail clearly when the score attribute can never be computed for ``record``."""
         attr = self.config.checkpoint_score_attribute
-        if attr is None or record.status in CheckpointStatus.PENDING:
-            return
-        if record.status != CheckpointStatus.COMMITTED:
-            return  # validation ran and failed: the record simply has no score
+        if attr is None or record.status not in (
+            CheckpointStatus.COMMITTED,
+            CheckpointStatus.VALIDATED,
+        ):
+            return  # pending, or validation ran and failed: the record simply has no score
         if attr not in record.all_metrics:
             raise UserConfigError(
                 f"CheckpointConfig.checkpoint_score_attribute={attr!r} is not among the metrics "
@@ -278,12 +304,17 @@ class CheckpointManager:
                 f"{record.all_metrics[attr]!r} in checkpoint {record.name}"
             )
 
-    def commit(self, record: CheckpointRecord) -> list[CheckpointRecord]:
+    def commit(self, record: CheckpointRecord, validating: bool = False) -> list[CheckpointRecord]:
         """Write ``record``'s commit marker (its files are stored and checked), then register.
 
-        Raises :class:`~trainer_runtime.errors.FencedError` (nothing written) when another
-        driver owns the run now.
+        ``validating``: a validation is queued for it, so it starts ``PENDING_VALIDATION``
+        (else ``COMMITTED``). Raises :class:`~trainer_runtime.errors.FencedError` (nothing
+        written) when another driver owns the run now.
         """
+        record.status = (
+            CheckpointStatus.PENDING_VALIDATION if validating else CheckpointStatus.COMMITTED
+        )
+        # Before the marker: a checkpoint that can never be ranked must not look committed.
         self.check_score_attribute(record)
         self._fence()
         self.storage.write_bytes(
@@ -302,9 +333,61 @@ class CheckpointManager:
         self.next_round = max(self.next_round, record.round + 1)
         return self._evict_and_save()
 
-    def update(self, record: CheckpointRecord) -> list[CheckpointRecord]:
-        """Re-rank after ``record`` changed (e.g. validation results merged in)."""
-        return self._evict_and_save()
+    def record_validation(
+        self,
+        name: str,
+        status: CheckpointStatus,
+        metrics: dict[str, Any] | None = None,
+        error: str | None = None,
+    ) -> CheckpointRecord | None:
+        """Record how a checkpoint's validation ended, re-rank, save; the updated record.
+
+        Returns None when the checkpoint is no longer kept. A validation that succeeded
+        without returning the score attribute is recorded as failed, with the reason.
+        """
+        record = self.get(name)
+        if record is None:
+            return None
+        if status is CheckpointStatus.VALIDATED:
+            try:
+                self.check_score_attribute(
+                    CheckpointRecord(
+                        record.name,
+                        record.path,
+                        record.round,
+                        record.all_metrics | (metrics or {}),
+                        status=CheckpointStatus.VALIDATED,
+                    )
+                )
+            except UserConfigError as exc:
+                logger.error("%s", exc)
+                status, error = CheckpointStatus.VALIDATION_FAILED, str(exc)
+        self._transition(record, status)
+        record.validation_metrics = metrics
+        record.validation_error = error
+        self._evict_and_save()
+        return record
+
+    def mark_validations_lost(self, names: Iterable[str], reason: str) -> list[CheckpointRecord]:
+        """Record that the validations of ``names`` will never run (one manifest write)."""
+        lost = []
+        for name in names:
+            record = self.get(name)
+            if record is not None:
+                self._transition(record, CheckpointStatus.VALIDATION_LOST)
+                record.validation_error = reason
+                lost.append(record)
+        if lost:
+            self._evict_and_save()
+        return lost
+
+    def _transition(self, record: CheckpointRecord, status: CheckpointStatus) -> None:
+        if status not in STATUS_TRANSITIONS[record.status]:
+            raise ValueError(
+                f"checkpoint {record.name}: status {record.status.value} cannot change to "
+                f"{status.value}"
+            )
+        record.status = status
 
     def _evict_and_save(self) -> list[CheckpointRecord]:
         evicted = self._select_evictions()
@@ -354,7 +437,7 @@ class CheckpointManager:
         if keep_n is None or len(self.records) <= keep_n:
             return []
         latest = self.latest
-        protected = {r.name for r in self.records if r.status in CheckpointStatus.PENDING}
+        protected = {r.name for r in self.records if r.status.is_pending}
         if latest is not None:
             protected.add(latest.name)
         keep = {r.name for r in self.ranked()[:keep_n]} | protected
@@ -573,8 +656,8 @@ class CheckpointManager:
 def _apply_index(record: CheckpointRecord, item: dict[str, Any]) -> None:
     """Merge what the manifest recorded after the commit (validation) into ``record``."""
     status = item.get("status")
-    if isinstance(status, str):
-        record.status = status
+    if isinstance(status, str) and status in {s.value for s in CheckpointStatus}:
+        record.status = CheckpointStatus(status)
     metrics = item.get("validation_metrics")
     if isinstance(metrics, dict):
         record.validation_metrics = _metrics_from_json(metrics)

@@ -9,6 +9,7 @@ import pytest
 
 from trainer_runtime.checkpoint import COMMIT_MARKER
 from trainer_runtime.checkpoint_manager import (
+    STATUS_TRANSITIONS,
     CheckpointManager,
     CheckpointRecord,
     CheckpointStatus,
@@ -90,9 +91,7 @@ def test_pending_validation_is_never_evicted(storage_path: str) -> None:
     assert "checkpoint_000000" in names  # pending: protected
     assert "checkpoint_000001" in names  # best
     assert "checkpoint_000002" in names  # latest
-    pending.status = CheckpointStatus.VALIDATED
-    pending.validation_metrics = {"val_acc": 0.1}
-    m.update(pending)
+    m.record_validation("checkpoint_000000", CheckpointStatus.VALIDATED, {"val_acc": 0.1})
     assert [r.name for r in m.records] == ["checkpoint_000001", "checkpoint_000002"]
 
 
@@ -191,3 +190,52 @@ def test_an_interrupted_eviction_never_leaves_a_committed_partial_folder(tmp_pat
     again = CheckpointManager(run, CheckpointConfig(num_to_keep=1), LocalStorage())
     assert again.restore(delete_uncommitted=True) == ["checkpoint_000000"]
     assert [r.name for r in again.records] == ["checkpoint_000001"]
+
+
+def _pending(m: CheckpointManager, round_index: int, **metrics: float) -> CheckpointRecord:
+    path = join_uri(m.run_path, f"checkpoint_{round_index:06d}")
+    m.storage.write_bytes(join_uri(path, "w"), b"x")
+    record = CheckpointRecord(f"checkpoint_{round_index:06d}", path, round_index, dict(metrics))
+    m.commit(record, validating=True)
+    return record
+
+
+def test_the_manager_owns_every_status_change(storage_path: str) -> None:
+    m = _manager(storage_path, checkpoint_score_attribute="val_acc")
+    record = _pending(m, 0, loss=1.0)
+    assert record.status is CheckpointStatus.PENDING_VALIDATION and record.status.is_pending
+    updated = m.record_validation(record.name, CheckpointStatus.VALIDATED, {"val_acc": 0.9})
+    assert updated is record and record.status is CheckpointStatus.VALIDATED
+    assert record.all_metrics == {"loss": 1.0, "val_acc": 0.9}
+    # A final status never changes again, and nothing skips the table.
+    with pytest.raises(ValueError, match="validated cannot change to validation_lost"):
+        m.mark_validations_lost([record.name], "late")
+    assert m.record_validation("checkpoint_000099", CheckpointStatus.VALIDATED) is None
+    for status, allowed in STATUS_TRANSITIONS.items():
+        assert allowed <= set(CheckpointStatus) and status not in allowed
+
+
+def test_a_validation_without_the_score_is_recorded_as_failed(storage_path: str) -> None:
+    m = _manager(storage_path, checkpoint_score_attribute="val_acc")
+    record = _pending(m, 0, loss=1.0)
+    m.record_validation(record.name, CheckpointStatus.VALIDATED, {"val_loss": 0.3})
+    assert record.status is CheckpointStatus.VALIDATION_FAILED
+    assert "'val_acc' is not among the metrics" in (record.validation_error or "")
+    again = _manager(storage_path, checkpoint_score_attribute="val_acc")
+    again.restore()
+    assert again.records[0].status is CheckpointStatus.VALIDATION_FAILED  # saved
+
+
+def test_lost_validations_are_recorded_in_one_write(storage_path: str) -> None:
+    m = _manager(storage_path)
+    names = [_pending(m, i).name for i in range(3)]
+    lost = m.mark_validations_lost(names[:2], "driver gone")
+    assert [r.name for r in lost] == names[:2]
+    again = _manager(storage_path)
+    again.restore()
+    statuses = [(r.status, r.validation_error) for r in again.records]
+    assert statuses == [
+        (CheckpointStatus.VALIDATION_LOST, "driver gone"),
+        (CheckpointStatus.VALIDATION_LOST, "driver gone"),
+        (CheckpointStatus.PENDING_VALIDATION, None),
+    ]

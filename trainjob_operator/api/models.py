@@ -66,9 +66,9 @@ __all__ = [
     "PLURAL",
     "QUANTITY_PATTERN",
     "ApiModel",
-    "BestCheckpointStatus",
+    "BestCheckpointSummary",
     "CheckpointConfig",
-    "CheckpointStatus",
+    "CheckpointSummary",
     "Condition",
     "EnvVar",
     "FailureConfig",
@@ -758,7 +758,7 @@ class ProgressStatus(ApiModel):
     )
 
 
-class CheckpointStatus(ApiModel):
+class CheckpointSummary(ApiModel):
     """A committed checkpoint."""
 
     path: str = Field(description="Storage path of the checkpoint.")
@@ -766,7 +766,7 @@ class CheckpointStatus(ApiModel):
     metrics: FreeForm = Field(default_factory=dict, description="Metrics of the checkpoint.")
 
 
-class BestCheckpointStatus(CheckpointStatus):
+class BestCheckpointSummary(CheckpointSummary):
     """The best checkpoint by spec.checkpoint.scoreAttribute."""
 
     score: float | None = Field(default=None, description="Its value of scoreAttribute.")
@@ -819,10 +819,10 @@ class TrainJobStatus(ApiModel):
         default=None, description="Validation pool."
     )
     progress: ProgressStatus | None = Field(default=None, description="Training progress.")
-    latest_checkpoint: CheckpointStatus | None = Field(
+    latest_checkpoint: CheckpointSummary | None = Field(
         default=None, description="Latest checkpoint."
     )
-    best_checkpoint: BestCheckpointStatus | None = Field(
+    best_checkpoint: BestCheckpointSummary | None = Field(
         default=None, description="Best checkpoint."
     )
     validations: ValidationsStatus | None = Field(default=None, description="Validation tasks.")
