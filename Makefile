@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: demo test install install-test lint typecheck pytest clean
+.PHONY: demo test install install-test test-tools lint typecheck pytest clean
 
 $(VENV)/.installed-demo: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,18 @@ $(VENV)/.installed-test: pyproject.toml
 install: $(VENV)/.installed-demo
 install-test: $(VENV)/.installed-test
 
+# tmux: tests/test_run_terminal.py runs `trainjob run` in a tmux pane and reads the screen.
+# Installed with apt-get when missing and run as root; otherwise that test is skipped.
+test-tools:
+	@command -v tmux >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing tmux (apt-get)"; \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux; } \
+	      >/dev/null || echo "could not install tmux: tests/test_run_terminal.py will be skipped"; \
+	  else \
+	    echo "tmux not found: tests/test_run_terminal.py will be skipped (install tmux to run it)"; \
+	  fi; }
+
 demo: install
 	$(VENV)/bin/trainjob run examples/quickstart.yaml
 
@@ -33,7 +45,7 @@ lint: install-test
 typecheck: install-test
 	$(VENV)/bin/mypy
 
-pytest: install-test
+pytest: install-test test-tools
 	$(PY) -m pytest
 
 test: lint typecheck pytest

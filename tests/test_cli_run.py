@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -54,8 +55,13 @@ def test_quickstart_runs_on_embedded_ray_with_validation(tmp_path: Path) -> None
     out = tmp_path / "status.json"
     proc = _trainjob("run", str(_manifest(tmp_path)), "--output", str(out))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "started 2 worker(s)" in proc.stdout
-    assert "checkpoint checkpoint_000001: validated" in proc.stdout
+    assert "Running: 2 worker(s) started" in proc.stdout
+    assert "checkpoint_000001 validated: val_loss=" in proc.stdout
+    assert "] Succeeded: step 1, 2 checkpoint(s) (2 validated), best " in proc.stdout
+    # Output to a pipe: plain lines, no live line; the workers' output only in the log file.
+    assert "\r" not in proc.stdout and "\x1b" not in proc.stdout
+    assert "pid=" not in proc.stdout + proc.stderr
+    assert re.search(r"^Ray worker logs: \S+/trainjob-workers.log ", proc.stdout, re.M)
     status = json.loads(out.read_text())["status"]
     assert status["phase"] == "Succeeded"
     assert {c["type"]: c["status"] for c in status["conditions"]} == {
@@ -82,16 +88,27 @@ def test_local_mode_override_runs_in_one_process(tmp_path: Path) -> None:
     assert status["validations"]["done"] == 2  # validation ran in a background thread
 
 
-def test_training_failure_exits_1_with_failed_status(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "num_workers", ["0", pytest.param("2", marks=pytest.mark.ray, id="ray-workers")]
+)
+def test_training_failure_exits_1_with_failed_status(tmp_path: Path, num_workers: str) -> None:
     manifest = _manifest(tmp_path, entrypoint="tests.test_cli_run:failing_train")
-    proc = _trainjob("run", str(manifest), "--num-workers", "0", "-o", str(tmp_path / "s.yaml"))
-    assert proc.returncode == 1
+    out = str(tmp_path / "s.yaml")
+    proc = _trainjob("run", str(manifest), "--num-workers", num_workers, "-o", out)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     status = yaml.safe_load((tmp_path / "s.yaml").read_text())["status"]
     assert status["phase"] == "Failed"
     assert "ZeroDivisionError: the user's bug" in status["message"]
     failed = next(c for c in status["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "TrainingFailed" and "the user's bug" in failed["message"]
     assert "the user's bug" in proc.stderr
+    assert re.search(r"\] Failed: .*ZeroDivisionError: the user's bug", proc.stdout)
+    if num_workers != "0":  # the worker's traceback reaches the user without --verbose
+        assert 'raise ZeroDivisionError("the user\'s bug")' in proc.stderr
+        assert "worker group failed (1): the train function failed on rank" in proc.stdout
+        assert "(restarting from the latest checkpoint)" in proc.stdout  # maxFailures: 1
+        assert re.search(r"^Ray worker logs: \S+/trainjob-workers.log$", proc.stderr, re.M)
+        assert "pid=" not in proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize(

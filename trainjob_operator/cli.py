@@ -103,7 +103,8 @@ def _add_run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=(
             "Run the TrainJob's train function on an embedded local Ray: workers as actors, "
             "checkpoints in spec.storage.path (or a local folder), validation as Ray tasks. "
-            "The manifest is the same one you apply to a cluster."
+            "The manifest is the same one you apply to a cluster. Progress is one live line on "
+            "a terminal, plain lines otherwise (or with CI=true)."
         ),
     )
     parser.add_argument("manifest", help="TrainJob YAML file ('-' for stdin)")
@@ -126,6 +127,13 @@ def _add_run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=None,
         metavar="FILE",
         help="also write the final TrainJob status to FILE (.json for JSON, else YAML)",
+    )
+    parser.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="also show the Ray workers' output (always written to the log file named at the "
+        "start) and info logs",
     )
     parser.set_defaults(func=_lazy("trainjob_operator.local_run:run_command", "run", "runtime"))
 

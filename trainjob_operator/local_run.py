@@ -1,9 +1,12 @@
 """``trainjob run MANIFEST``: run a TrainJob on this machine, on an embedded local Ray.
 
 Everything is checked before anything starts (manifest, entrypoints, storage);
-a bad manifest exits 2 with one line per problem. Progress (reports,
-checkpoints, validations) prints as it happens; the final TrainJob status is
-printed (and written to ``--output`` as YAML or JSON). Exit status: 0
+a bad manifest exits 2 with one line per problem. Progress (phase, step and
+metrics, checkpoints committed and validated, best so far, elapsed time) is
+shown by :class:`~trainjob_operator.progress.ProgressDisplay`: a live line on a
+terminal, plain lines otherwise. The Ray workers' own output goes to a file
+whose path is printed (``--verbose`` also shows it). The final TrainJob status
+is printed (and written to ``--output`` as YAML or JSON). Exit status: 0
 Succeeded, 1 Failed, 2 invalid input.
 """
 
@@ -14,84 +17,18 @@ import json
 import logging
 import os
 import sys
-import time
+import tempfile
 from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
 
-from trainer_runtime.callbacks import Callback
-from trainer_runtime.checkpoint_manager import CheckpointRecord
 from trainjob_operator.api.models import ManifestError, load_trainjobs
 from trainjob_operator.driver import EntrypointError, RunPlan, StatusTracker, build_trainer
 from trainjob_operator.driver import plan_run as _plan_run
+from trainjob_operator.progress import DisplayLogHandler, ProgressDisplay, WorkerLogSink, is_live
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
-
-
-def _short(metrics: dict[str, Any] | None, limit: int = 6) -> str:
-    parts = []
-    for key, value in list((metrics or {}).items())[:limit]:
-        parts.append(f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}")
-    return " ".join(parts)
-
-
-class ProgressPrinter(Callback):
-    """One line per event; metrics lines at most every ``interval`` seconds."""
-
-    def __init__(self, out: TextIO, interval: float = 1.0) -> None:
-        self.out = out
-        self.interval = interval
-        self.start = time.monotonic()
-        self._last_metrics = 0.0
-        self._pending_line: str | None = None
-        self._demand = (0, 0)
-
-    def _print(self, text: str) -> None:
-        print(f"[{time.monotonic() - self.start:7.1f}s] {text}", file=self.out, flush=True)
-
-    def on_run_start(self, run_path: str, world_size: int, attempt: int) -> None:
-        """Workers started."""
-        again = f" (restart {attempt})" if attempt else ""
-        self._print(f"started {world_size} worker(s){again}; run folder {run_path}")
-
-    def on_report(self, round_index: int, metrics: dict[str, Any]) -> None:
-        """Rate-limited metrics line."""
-        now = time.monotonic()
-        line = f"report {round_index}: {_short(metrics)}"
-        if now - self._last_metrics >= self.interval:
-            self._last_metrics = now
-            self._print(line)
-            self._pending_line = None
-        else:
-            self._pending_line = line
-
-    def on_checkpoint(self, record: CheckpointRecord, best: CheckpointRecord | None) -> None:
-        """Checkpoint committed / validated."""
-        if self._pending_line:
-            self._print(self._pending_line)
-            self._pending_line = None
-        extra = f" {_short(record.validation_metrics)}" if record.validation_metrics else ""
-        error = f" ({record.validation_error})" if record.validation_error else ""
-        best_name = f"; best {best.name}" if best is not None else ""
-        self._print(f"checkpoint {record.name}: {record.status}{extra}{error}{best_name}")
-
-    def on_validation_demand(self, pending: int, running: int) -> None:
-        """Validation queue changed."""
-        if (pending, running) != self._demand:
-            self._demand = (pending, running)
-            self._print(f"validations: {pending} pending, {running} running")
-
-    def on_failure(self, error: BaseException, failures: int, will_restart: bool) -> None:
-        """The worker group failed."""
-        what = "restarting from the latest checkpoint" if will_restart else "giving up"
-        self._print(f"failure {failures}: {str(error).splitlines()[0]} ({what})")
-
-    def flush(self) -> None:
-        """Print a held-back metrics line."""
-        if self._pending_line:
-            self._print(self._pending_line)
-            self._pending_line = None
 
 
 def _load(manifest: str) -> Any:
@@ -114,30 +51,96 @@ def _load(manifest: str) -> Any:
     return jobs[0]
 
 
-def _start_ray(plan: RunPlan) -> None:
+def _start_ray(plan: RunPlan, display: ProgressDisplay, verbose: bool) -> WorkerLogSink | None:
+    """Start (or join) Ray; the workers' output goes to a file instead of this terminal."""
     import ray
 
+    # Ray's own driver-side messages (its "ray" logger prints to stderr by itself) go through
+    # the display, as every other log record does.
+    ray_logger = logging.getLogger("ray")
+    ray_logger.handlers = [
+        h for h in logging.getLogger().handlers if isinstance(h, DisplayLogHandler)
+    ]
+    dispatcher = _dispatcher()
+    log_to_driver = dispatcher is not None or verbose
     if os.environ.get("RAY_ADDRESS"):
-        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True)
-        return
-    validation = plan.job.spec.validation
-    slots = float(validation.max_concurrent if validation else 1)
-    needed = plan.num_workers * plan.worker_cpus + slots
-    ray.init(
-        address="local",
-        num_cpus=max(os.cpu_count() or 1, int(needed + 0.999)),
-        resources={"validation": slots},
-        include_dashboard=False,
-        log_to_driver=True,
-        configure_logging=False,
-        runtime_env={
-            "env_vars": {
-                "PYTHONPATH": os.pathsep.join(
-                    p for p in (os.getcwd(), os.environ.get("PYTHONPATH", "")) if p
-                )
-            }
-        },
+        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=log_to_driver)
+    else:
+        validation = plan.job.spec.validation
+        slots = float(validation.max_concurrent if validation else 1)
+        needed = plan.num_workers * plan.worker_cpus + slots
+        ray.init(
+            address="local",
+            num_cpus=max(os.cpu_count() or 1, int(needed + 0.999)),
+            resources={"validation": slots},
+            include_dashboard=False,
+            log_to_driver=log_to_driver,
+            configure_logging=False,
+            runtime_env={
+                "env_vars": {
+                    "PYTHONPATH": os.pathsep.join(
+                        p for p in (os.getcwd(), os.environ.get("PYTHONPATH", "")) if p
+                    )
+                }
+            },
+        )
+    logs_dir = _ray_logs_dir()
+    if dispatcher is None:  # pragma: no cover - not in the pinned Ray
+        if logs_dir is not None and not verbose:
+            display.message(f"Ray worker logs: {logs_dir} (--verbose shows them here)")
+        return None
+    folder = logs_dir if logs_dir is not None else Path(tempfile.mkdtemp(prefix="trainjob-"))
+    sink = WorkerLogSink(
+        folder / "trainjob-workers.log",
+        display,
+        verbose=verbose,
+        autoscaler_events=_autoscaler_events(),
+        title=f"trainjob run {plan.job.metadata.name}: the Ray workers' stdout and stderr",
     )
+    dispatcher.remove_handler("ray_print_logs")
+    dispatcher.add_handler("trainjob_worker_logs", sink)
+    also = "also shown below" if verbose else "--verbose shows them here"
+    display.message(f"Ray worker logs: {sink.path} ({also})")
+    return sink
+
+
+def _dispatcher() -> Any:
+    """Where Ray hands the driver each batch of worker output (``log_to_driver``), or None."""
+    try:
+        from ray._private import ray_logging
+    except ImportError:  # pragma: no cover - not in the pinned Ray
+        return None
+    return getattr(ray_logging, "global_worker_stdstream_dispatcher", None)
+
+
+def _autoscaler_events() -> Any:
+    """Ray's filter keeping the events of the autoscaler's output, or None."""
+    try:
+        from ray._private import worker as ray_worker
+    except ImportError:  # pragma: no cover - not in the pinned Ray
+        return None
+    return getattr(ray_worker, "filter_autoscaler_events", None)
+
+
+def _ray_logs_dir() -> Path | None:
+    """This session's Ray log folder, when it is on this machine."""
+    try:
+        from ray._private import worker as ray_worker
+
+        node: Any = ray_worker._global_node
+        folder = Path(node.get_logs_dir_path())
+    except Exception:  # noqa: BLE001 - private API; a temporary folder will do
+        return None
+    return folder if folder.is_dir() else None
+
+
+def _stop_ray(sink: WorkerLogSink | None) -> None:
+    import ray
+
+    ray.shutdown()
+    if sink is not None:
+        _dispatcher().remove_handler("trainjob_worker_logs")
+        sink.close()
 
 
 def _write_output(path: str | None, document: dict[str, Any], out: TextIO) -> None:
@@ -155,6 +158,10 @@ def _write_output(path: str | None, document: dict[str, Any], out: TextIO) -> No
 
 def run_command(args: argparse.Namespace) -> int:
     """Entry point of ``trainjob run`` (see the module docstring)."""
+    if not os.environ.get("RAY_ADDRESS") and "ray" not in sys.modules:
+        # A fresh local Ray turns on token authentication unless RAY_AUTH_MODE is set, and
+        # prints that it did; choose the same mode explicitly (read when Ray is imported).
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
     job = _load(args.manifest)
     if job is None:
         return EXIT_INVALID
@@ -166,48 +173,81 @@ def run_command(args: argparse.Namespace) -> int:
     except (EntrypointError, ValueError) as exc:
         print(f"{args.manifest}: {exc}", file=sys.stderr)
         return EXIT_INVALID
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    verbose = bool(getattr(args, "verbose", False))
     out = sys.stdout
-    tracker = StatusTracker(job.spec.checkpoint.score_attribute)
-    printer = ProgressPrinter(out)
+    score_attribute = job.spec.checkpoint.score_attribute
+    tracker = StatusTracker(score_attribute)
+    display = ProgressDisplay(
+        tracker,
+        out,
+        sys.stderr,
+        live=is_live(out),
+        workers=plan.num_workers,
+        score_attribute=score_attribute,
+    )
     try:
-        trainer = build_trainer(plan, [tracker, printer])
+        trainer = build_trainer(plan, [tracker, display])
     except ValueError as exc:
         print(f"{args.manifest}: {exc}", file=sys.stderr)
         return EXIT_INVALID
+    log_handler = DisplayLogHandler(display, logging.INFO if verbose else logging.WARNING)
+    root = logging.getLogger()
+    root.addHandler(log_handler)
+    root.setLevel(logging.WARNING)
+    for name in ("trainer_runtime", "trainjob_operator"):
+        logging.getLogger(name).setLevel(logging.INFO if verbose else logging.WARNING)
+    logging.captureWarnings(True)  # Python warnings too go through the display
+    try:
+        return _run(job, plan, trainer, tracker, display, verbose, args.output, out)
+    finally:
+        display.stop()
+        logging.captureWarnings(False)
+        root.removeHandler(log_handler)
+
+
+def _run(
+    job: Any,
+    plan: RunPlan,
+    trainer: Any,
+    tracker: StatusTracker,
+    display: ProgressDisplay,
+    verbose: bool,
+    output: str | None,
+    out: TextIO,
+) -> int:
     mode = "in this process" if plan.num_workers == 0 else f"{plan.num_workers} Ray worker(s)"
-    print(
+    display.message(
         f"TrainJob {job.metadata.name}: {job.spec.entrypoint} on {mode}, storage "
-        f"{plan.storage_path}",
-        file=out,
-        flush=True,
+        f"{plan.storage_path}"
     )
-    if plan.num_workers > 0:
-        _start_ray(plan)
+    display.start()
     from trainer_runtime.errors import TrainingFailedError
 
+    sink: WorkerLogSink | None = None
     error: BaseException | None = None
     try:
+        if plan.num_workers > 0:
+            sink = _start_ray(plan, display, verbose)
         trainer.fit()
     except TrainingFailedError as exc:
         error = exc
     except KeyboardInterrupt:
         error = KeyboardInterrupt("interrupted")
     finally:
-        printer.flush()
         if plan.num_workers > 0:
-            import ray
-
-            ray.shutdown()
+            _stop_ray(sink)
     status = tracker.finish(error)
+    display.close(status)
     document = {
         "apiVersion": "trainjob.dev/v1alpha1",
         "kind": "TrainJob",
         "metadata": {"name": job.metadata.name},
         "status": status,
     }
-    _write_output(args.output, document, out)
+    _write_output(output, document, out)
     if error is not None:
         print(f"TrainJob {job.metadata.name} Failed: {error}", file=sys.stderr)
+        if sink is not None:
+            print(f"Ray worker logs: {sink.path}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
