@@ -21,6 +21,7 @@ from trainer_runtime.config import (
     RunConfig,
     ScalingConfig,
     ValidationConfig,
+    ValidationTaskConfig,
 )
 from trainer_runtime.context import StorageInfo, TrainContext
 from trainer_runtime.errors import (
@@ -41,6 +42,8 @@ def report(
     checkpoint_dir_name: str | None = None,
     checkpoint_upload_mode: CheckpointUploadMode | str | None = None,
     delete_local_checkpoint_after_upload: bool | None = None,
+    checkpoint_upload_fn: Callable[[Checkpoint, str], Checkpoint] | None = None,
+    validation: bool | ValidationTaskConfig = False,
     validate_fn: Callable[[Checkpoint, dict[str, Any]], dict[str, Any]] | None = None,
     validate_config: dict[str, Any] | None = None,
 ) -> None:
@@ -58,23 +61,41 @@ def report(
       ``NO_UPLOAD`` registers a checkpoint already in its storage location.
     * ``delete_local_checkpoint_after_upload`` defaults to True for ASYNC.
     * An earlier failed ASYNC upload is raised here.
-    * ``validate_fn(checkpoint, validate_config) -> dict`` runs once the
-      checkpoint is committed, as a Ray task on the validation pool; its
-      metrics are merged into the checkpoint's.
+    * Validation, Ray 2.60 form: ``validation=True`` (or a ``ValidationTaskConfig`` whose
+      ``fn_kwargs`` override the trainer's) runs the trainer's ``ValidationConfig.fn`` once
+      the checkpoint is committed; without a checkpoint it is a ``ValueError``, as in Ray.
+      Ray 2.51 form: ``validate_fn(checkpoint, validate_config) -> dict``; ignored on a
+      report without a checkpoint (e.g. the ranks that save nothing). Either runs as a Ray
+      task (on the validation pool when there is one); its metrics merge into the
+      checkpoint's.
+    * ``checkpoint_upload_fn(checkpoint, dest) -> Checkpoint`` is not supported yet: it raises
+      ``NotImplementedError`` naming the alternative.
     """
+    if checkpoint_upload_fn is not None:
+        raise NotImplementedError(
+            "report(checkpoint_upload_fn=...) is not supported by trainer_runtime yet; report "
+            "the local folder (SYNC or ASYNC upload), or write it to its final place and pass "
+            "checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD"
+        )
     get_session("report").report(
         metrics,
         checkpoint=checkpoint,
         checkpoint_dir_name=checkpoint_dir_name,
         checkpoint_upload_mode=checkpoint_upload_mode,
         delete_local_checkpoint_after_upload=delete_local_checkpoint_after_upload,
+        validation=validation,
         validate_fn=validate_fn,
         validate_config=validate_config,
     )
 
 
 def get_checkpoint() -> Checkpoint | None:
-    """The latest committed checkpoint when this worker group started (None on a fresh run)."""
+    """The latest checkpoint of this run, as Ray Train's ``get_checkpoint()``.
+
+    When the worker group starts: the latest committed checkpoint (None on a fresh run).
+    After this worker's ``report(checkpoint=...)`` stored its files: that checkpoint, in
+    storage (stored by this rank; committed once every rank's part is stored).
+    """
     return get_session("get_checkpoint").latest_checkpoint
 
 
@@ -115,6 +136,7 @@ __all__ = [
     "TrainingFailedError",
     "UserConfigError",
     "ValidationConfig",
+    "ValidationTaskConfig",
     "get_checkpoint",
     "get_context",
     "report",

@@ -69,6 +69,12 @@ class BaseController:
         self.epoch = 0
         self.validator: BaseValidationDispatcher | None = None
 
+    @property
+    def validation_fn_set(self) -> bool:
+        """Whether the trainer has a ``ValidationConfig.fn`` (``report(validation=True)``)."""
+        validation = self.spec.run.validation_config
+        return validation is not None and validation.fn is not None
+
     def _make_validator(self) -> BaseValidationDispatcher:
         from trainer_runtime._validation import ThreadValidationDispatcher
 
@@ -119,6 +125,8 @@ class BaseController:
         self.validator = self._make_validator()
         self.coordinator.validator = self.validator
         validation = self.spec.run.validation_config
+        if validation is not None and validation.fn is not None:
+            self.coordinator.validation_config = validation
         if validation is not None and validation.validate_fn is not None:
             self.coordinator.default_validation = (
                 validation.validate_fn,
@@ -257,6 +265,7 @@ class RayController(BaseController):
                         offset,
                         spec.run.checkpoint_upload_mode,
                         self.epoch,
+                        self.validation_fn_set,
                     )
                     for w in group.workers
                 ]

@@ -26,12 +26,14 @@ from trainer_runtime._events import (
 from trainer_runtime._layout import COMMIT_MARKER
 from trainer_runtime.callbacks import Callback, call_all
 from trainer_runtime.checkpoint_manager import (
+    VALIDATE_FN_OF_CONFIG,
     VALIDATE_FN_OF_REPORT,
     VALIDATE_FN_OF_RUN,
     CheckpointManager,
     CheckpointRecord,
     CheckpointStatus,
 )
+from trainer_runtime.config import ValidationConfig
 from trainer_runtime.errors import (
     CheckpointUploadError,
     FencedError,
@@ -76,8 +78,33 @@ class ValidationDispatcher(Protocol):
     reports back only through :meth:`RunCoordinator.record_validation`.
     """
 
-    def submit(self, record: CheckpointRecord, fn: Any, config: dict[str, Any] | None) -> None:
-        """Queue a validation of ``record``."""
+    def submit(
+        self,
+        record: CheckpointRecord,
+        fn: Any,
+        config: dict[str, Any] | None,
+        timeout_s: float | None = None,
+    ) -> None:
+        """Queue a validation of ``record`` (``timeout_s``: None for the configured default)."""
+
+
+@dataclass(frozen=True)
+class KeywordValidation:
+    """A Ray 2.60 validation function, called as ``fn(checkpoint, **fn_kwargs)``."""
+
+    fn: Any
+
+    def __call__(self, checkpoint: Any, fn_kwargs: dict[str, Any]) -> Any:
+        """Validate ``checkpoint``."""
+        return self.fn(checkpoint, **fn_kwargs)
+
+
+@dataclass(frozen=True)
+class _ValidationRequest:
+    fn: Any
+    config: dict[str, Any] | None
+    source: str
+    timeout_s: float | None = None
 
 
 class RunCoordinator:
@@ -92,6 +119,8 @@ class RunCoordinator:
         self.validator: ValidationDispatcher | None = None
         #: (validate_fn, validate_config) for checkpoints reported without a validate_fn.
         self.default_validation: tuple[Any, dict[str, Any] | None] | None = None
+        #: The trainer's ``ValidationConfig`` when it has an ``fn`` (``report(validation=)``).
+        self.validation_config: ValidationConfig | None = None
         self.latest_metrics: dict[str, Any] | None = None
         self.reports_seen = 0
         self.bytes_uploaded = 0
@@ -225,20 +254,12 @@ class RunCoordinator:
         record = CheckpointRecord(
             name=uri_name(uri), path=uri, round=rnd.index, metrics=rank0.metrics
         )
-        validate = next(
-            (
-                (r.validate_fn, r.validate_config)
-                for r in sorted(rnd.reports.values(), key=lambda r: r.rank)
-                if r.validate_fn
-            ),
-            None,
-        )
-        if validate is not None:
-            record.validation_source = VALIDATE_FN_OF_REPORT
-        elif self.default_validation is not None:
-            validate = self.default_validation
-            record.validation_source = VALIDATE_FN_OF_RUN
-        validating = validate is not None and self.validator is not None
+        request = self._validation_request(rnd)
+        if request is not None:
+            record.validation_source = request.source
+            if request.source == VALIDATE_FN_OF_CONFIG:
+                record.validation_kwargs = request.config
+        validating = request is not None and self.validator is not None
         try:
             record.files = self._verified_files(rnd, uri)
             self.manager.commit(record, validating=validating)
@@ -254,12 +275,34 @@ class RunCoordinator:
             raise WorkerGroupError(message) from exc
         logger.info("Committed checkpoint %s (round %d)", uri, rnd.index)
         call_all(self.callbacks, "on_checkpoint", record, self.manager.best())
-        if validate is not None:
+        if request is not None:
             if self.validator is None:
                 raise UserConfigError(
-                    "report(validate_fn=...) was given but this run has no validation dispatcher"
+                    "report() asked for a validation but this run has no validation dispatcher"
                 )
-            self.validator.submit(record, validate[0], validate[1])
+            self.validator.submit(record, request.fn, request.config, request.timeout_s)
+
+    def _validation_request(self, rnd: _Round) -> _ValidationRequest | None:
+        """Which validation a committed round gets: a ``validate_fn`` passed to ``report()``
+        (Ray 2.51), else ``report(validation=...)`` (Ray 2.60, the trainer's
+        ``ValidationConfig.fn``), else the run-level ``validate_fn`` (every checkpoint)."""
+        reports = [rnd.reports[rank] for rank in sorted(rnd.reports)]
+        for r in reports:
+            if r.validate_fn is not None:
+                return _ValidationRequest(r.validate_fn, r.validate_config, VALIDATE_FN_OF_REPORT)
+        asked = next((r.validation for r in reports if r.validation is not None), None)
+        config = self.validation_config
+        if asked is not None and config is not None and config.fn is not None:
+            assert config.task_config is not None
+            kwargs = {**(config.task_config.fn_kwargs or {}), **(asked.fn_kwargs or {})}
+            timeout = asked.timeout_s or config.task_config.timeout_s
+            return _ValidationRequest(
+                KeywordValidation(config.fn), kwargs, VALIDATE_FN_OF_CONFIG, timeout
+            )
+        if self.default_validation is not None:
+            fn, cfg = self.default_validation
+            return _ValidationRequest(fn, cfg, VALIDATE_FN_OF_RUN)
+        return None
 
     def _verified_files(self, rnd: _Round, uri: str) -> dict[str, StoredFile]:
         """The checkpoint's files, checked in storage against what every rank stored.
@@ -339,18 +382,25 @@ class RunCoordinator:
         """A new driver picks up validations a previous driver left pending.
 
         Those of the run-level validate function (``ValidationConfig.validate_fn``, a
-        TrainJob's ``spec.validation.entrypoint``) are queued again with the function and
-        config this driver has: they read the committed checkpoint from storage. A
+        TrainJob's ``spec.validation.entrypoint``) and of the trainer's ``ValidationConfig.fn``
+        (with the ``fn_kwargs`` recorded at commit) are queued again with the function this
+        driver has: they read the committed checkpoint from storage. A
         ``validate_fn`` passed to ``report()`` cannot be recovered by another process, so
         those (and any pending validation when no run-level function is configured) are
         recorded as ``validation_lost``. Returns (re-queued records, names of lost ones).
         """
         with self.lock:
             default, validator = self.default_validation, self.validator
+            config = self.validation_config
             pending = [r for r in self.manager.records if r.status.is_pending]
-            resumable = default is not None and validator is not None
+            resumable = {
+                VALIDATE_FN_OF_RUN: default is not None,
+                VALIDATE_FN_OF_CONFIG: config is not None and config.fn is not None,
+            }
             requeue = [
-                r for r in pending if resumable and r.validation_source == VALIDATE_FN_OF_RUN
+                r
+                for r in pending
+                if validator is not None and resumable.get(r.validation_source or "", False)
             ]
             lost = self.manager.mark_validations_lost(
                 [r.name for r in pending if r not in requeue],
@@ -364,14 +414,22 @@ class RunCoordinator:
                 ", ".join(r.name for r in lost),
             )
         if requeue:
-            assert default is not None and validator is not None
+            assert validator is not None
             logger.info(
                 "Re-queueing %d validation(s) a previous driver left pending: %s",
                 len(requeue),
                 ", ".join(r.name for r in requeue),
             )
             for record in requeue:
-                validator.submit(record, default[0], default[1])
+                fn_config: dict[str, Any] | None
+                if record.validation_source == VALIDATE_FN_OF_CONFIG:
+                    assert config is not None
+                    fn: Any = KeywordValidation(config.fn)
+                    fn_config = record.validation_kwargs or {}
+                else:
+                    assert default is not None
+                    fn, fn_config = default
+                validator.submit(record, fn, fn_config)
         return requeue, [r.name for r in lost]
 
     def next_round_waits_only_on(self, ranks: set[int]) -> bool:

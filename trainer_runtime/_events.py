@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer_runtime.config import ValidationTaskConfig
 from trainer_runtime.storage.base import StoredFile
 
 
@@ -22,8 +23,12 @@ class ReportEvent:
     #: Where this rank's checkpoint files go (None: no checkpoint from this rank).
     checkpoint_uri: str | None = None
     upload_mode: str = "sync"
+    #: Ray 2.51 form: ``report(validate_fn=, validate_config=)``.
     validate_fn: Callable[..., Any] | None = None
     validate_config: dict[str, Any] | None = None
+    #: Ray 2.60 form: ``report(validation=True | ValidationTaskConfig)`` (True arrives as a
+    #: default ``ValidationTaskConfig``); runs the trainer's ``ValidationConfig.fn``.
+    validation: ValidationTaskConfig | None = None
     time: float = field(default_factory=time.time)
 
 

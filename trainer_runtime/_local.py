@@ -229,6 +229,7 @@ class LocalController(BaseController):
                 health_check=consumer.health_check,
                 default_upload_mode=spec.run.checkpoint_upload_mode,
                 driver_epoch=self.epoch,
+                validation_fn_set=self.validation_fn_set,
             )
             run_train_fn(session, spec.train_fn, spec.train_config)
             consumer.wait_all_finished()
@@ -299,6 +300,7 @@ class LocalController(BaseController):
                 health_check=consumer.health_check,
                 default_upload_mode=self.spec.run.checkpoint_upload_mode,
                 driver_epoch=self.epoch,
+                validation_fn_set=self.validation_fn_set,
             )
             run_train_fn(session, self.spec.train_fn, self.spec.train_config)
             consumer.wait_all_finished(timeout=None if consumer.error is None else 30.0)
@@ -340,6 +342,7 @@ class LocalController(BaseController):
                 int(start["offset"]),
                 default_upload_mode=self.spec.run.checkpoint_upload_mode,
                 driver_epoch=int(start.get("epoch", 0)),
+                validation_fn_set=self.validation_fn_set,
             )
             run_train_fn(session, self.spec.train_fn, self.spec.train_config)
         finally:

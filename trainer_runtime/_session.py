@@ -7,6 +7,7 @@ One session exists per worker process while its train function runs. It turns
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -33,6 +34,7 @@ from trainer_runtime._metrics import validate_metrics
 from trainer_runtime._snapshot import take_snapshot
 from trainer_runtime._uploader import AsyncUploader, UploadJob, run_upload
 from trainer_runtime.checkpoint import Checkpoint, CheckpointUploadMode
+from trainer_runtime.config import ValidationTaskConfig
 from trainer_runtime.context import TrainContext
 from trainer_runtime.errors import CheckpointUploadError, ReportError, UserConfigError
 from trainer_runtime.storage import TransferStats, get_storage, join_uri
@@ -58,6 +60,7 @@ class TrainSession:
         max_pending_uploads: int | None = None,
         default_upload_mode: str | None = None,
         driver_epoch: int | None = None,
+        validation_fn_set: bool = False,
     ) -> None:
         self.context = context
         self.run_path = context.get_run_path()
@@ -72,6 +75,8 @@ class TrainSession:
         self.default_upload_mode = default_upload_mode or CheckpointUploadMode.SYNC.value
         #: Stops this worker's uploads once a newer driver owns the run (see ``_fencing``).
         self.fence = FenceCheck(self.storage, self.run_path, driver_epoch) if driver_epoch else None
+        #: Whether the trainer has a ``ValidationConfig.fn`` (``report(validation=True)``).
+        self.validation_fn_set = validation_fn_set
         self._uploader: AsyncUploader | None = None
         self._lock = threading.Lock()
 
@@ -83,10 +88,12 @@ class TrainSession:
         checkpoint_dir_name: str | None = None,
         checkpoint_upload_mode: CheckpointUploadMode | str | None = None,
         delete_local_checkpoint_after_upload: bool | None = None,
+        validation: bool | ValidationTaskConfig = False,
         validate_fn: Callable[..., Any] | None = None,
         validate_config: dict[str, Any] | None = None,
     ) -> None:
         """See :func:`trainer_runtime.report`."""
+        task = self._validation_task(validation, checkpoint)
         if self._health_check is not None:
             self._health_check()
         if self._uploader is not None:
@@ -109,8 +116,13 @@ class TrainSession:
             raise ReportError(f"report(validate_fn=...) must be callable, got {validate_fn!r}")
         if validate_config is not None and not isinstance(validate_config, dict):
             raise ReportError("report(validate_config=...) must be a dict")
-        if validate_fn is not None and checkpoint is None:
-            raise ReportError("report(validate_fn=...) needs a checkpoint to validate")
+        if validate_config is not None and validate_fn is None:
+            raise ReportError(
+                "report(validate_config=...) was given without validate_fn; pass the function "
+                "that validates the checkpoint as validate_fn"
+            )
+        if checkpoint is None:
+            validate_fn = validate_config = None  # nothing to validate: ignored, as in Ray
         if checkpoint_dir_name is not None and (
             problem := checkpoint_dir_name_problem(checkpoint_dir_name)
         ):
@@ -165,10 +177,12 @@ class TrainSession:
             upload_mode=mode.value,
             validate_fn=validate_fn,
             validate_config=validate_config,
+            validation=task,
         )
         if mode is CheckpointUploadMode.NO_UPLOAD:
             self._sink(event)
             self._sink(UploadDoneEvent(rank, round_index, dest, stored=None))
+            self.latest_checkpoint = Checkpoint(dest)
             return
         local_dir = Path(checkpoint.path)
         if (local_dir / COMMIT_MARKER).exists():
@@ -195,6 +209,33 @@ class TrainSession:
             return
         self._sink(event)
         self._get_uploader().submit(job)
+
+    def _validation_task(
+        self, validation: bool | ValidationTaskConfig, checkpoint: Checkpoint | None
+    ) -> ValidationTaskConfig | None:
+        """``report(validation=...)`` as a task config (None: no validation), or Ray's errors."""
+        if validation is False or validation is None:
+            return None
+        if not isinstance(validation, bool | ValidationTaskConfig):
+            raise ReportError(
+                "report(validation=...) must be True, False or a ValidationTaskConfig, got "
+                f"{validation!r}"
+            )
+        if not self.validation_fn_set:
+            raise ReportError(
+                "`validation_config` was not set on the trainer, but a validation was requested."
+            )
+        if checkpoint is None:
+            raise ReportError("Validation requires a checkpoint to be provided.")
+        task = ValidationTaskConfig() if validation is True else validation
+        try:
+            json.dumps(task.fn_kwargs)
+        except (TypeError, ValueError) as exc:
+            raise ReportError(
+                f"report(validation=ValidationTaskConfig(fn_kwargs=...)): fn_kwargs must be "
+                f"JSON-serialisable ({exc})"
+            ) from None
+        return task
 
     def _refuse_deleting_storage(self, folder: Path, explicit: bool) -> None:
         """Refuse to delete, after its upload, a folder that holds the run's own storage."""
@@ -231,6 +272,7 @@ class TrainSession:
             return self._uploader
 
     def _on_upload_done(self, job: UploadJob, stats: TransferStats) -> None:
+        self.latest_checkpoint = Checkpoint(job.dest_uri)  # what get_checkpoint() returns now
         self._sink(
             UploadDoneEvent(
                 self.context.world_rank,

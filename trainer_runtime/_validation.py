@@ -1,10 +1,13 @@
 """Asynchronous validation of committed checkpoints.
 
-``report(..., validate_fn=fn, validate_config=cfg)`` queues ``fn(checkpoint, cfg)``
-once the checkpoint is committed. In a Ray run each validation is a Ray task
-asking for the ``validation`` resource (only the validation pool has it), so it
-runs on other, cheaper machines than training and reads the *committed*
-checkpoint from storage. In local mode it runs in a background thread.
+``report(..., validation=True)`` (Ray 2.60: the trainer's ``ValidationConfig.fn`` as
+``fn(checkpoint, **fn_kwargs)``) or ``report(..., validate_fn=fn, validate_config=cfg)``
+(Ray 2.51: ``fn(checkpoint, cfg)``) queues a validation once the checkpoint is committed.
+In a Ray run each validation is a Ray task; where the cluster advertises the
+``validation`` resource (only a TrainJob's validation pool has it) it asks for it, so it
+runs on other, cheaper machines than training, and it reads the *committed* checkpoint
+from storage (see ``ValidationConfig.task_options``). In local mode it runs in a
+background thread.
 
 At most ``max_concurrent_validations`` run at once; the rest wait in FIFO
 order. A validation that raises or exceeds ``timeout_s`` is recorded with its
@@ -85,6 +88,8 @@ class _Job:
     record: CheckpointRecord
     fn: Any
     config: dict[str, Any] | None
+    #: This validation's timeout (None: ``ValidationConfig.timeout_s``).
+    timeout_s: float | None = None
     queued_at: float = field(default_factory=time.monotonic)
     #: When it took a concurrency slot and was handed to Ray / a thread.
     launched_at: float | None = None
@@ -120,10 +125,16 @@ class BaseValidationDispatcher(ABC):
         self._thread.start()
 
     # -- interface to the coordinator and the controller --------------------------------------
-    def submit(self, record: CheckpointRecord, fn: Any, config: dict[str, Any] | None) -> None:
+    def submit(
+        self,
+        record: CheckpointRecord,
+        fn: Any,
+        config: dict[str, Any] | None,
+        timeout_s: float | None = None,
+    ) -> None:
         """Queue a validation of a committed checkpoint."""
         with self._cond:
-            self._queue.append(_Job(record, fn, config))
+            self._queue.append(_Job(record, fn, config, timeout_s))
             self._outstanding += 1
             self._cond.notify_all()
         self._publish_demand()
@@ -210,6 +221,10 @@ class BaseValidationDispatcher(ABC):
         """Why launched validations may not start (for the periodic waiting log)."""
         return ""
 
+    def _placement(self) -> str:
+        """What a validation asks for (for the periodic waiting log)."""
+        return "a free slot"
+
     def _mark_started(self, job: _Job) -> None:
         job.started_at = time.monotonic()
         self.start_latencies.append(job.started_at - job.queued_at)
@@ -260,11 +275,11 @@ class BaseValidationDispatcher(ABC):
         return True
 
     def _apply_timeouts(self, running: list[_Job]) -> None:
-        timeout = self.config.timeout_s
-        if timeout is None:
-            return
         now = time.monotonic()
         for job in running:
+            timeout = job.timeout_s or self.config.timeout_s
+            if timeout is None:
+                continue
             if job.started_at is None or now - job.started_at <= timeout:
                 continue  # still waiting for a node: not running yet, so not timed
             if self._take(job):
@@ -291,7 +306,7 @@ class BaseValidationDispatcher(ABC):
             "%d validation(s) waiting for a node with %s to run on (the oldest for %.0fs; "
             "%d more queued)%s",
             len(waiting),
-            self.config.resources,
+            self._placement(),
             oldest,
             queued,
             self._capacity_hint(),
@@ -380,16 +395,21 @@ class RayValidationDispatcher(BaseValidationDispatcher):
         import ray
 
         self._task: Any = ray.remote(validation_task)
+        #: Ray ``.options()`` of each task, chosen once (see ``ValidationConfig``).
+        self.task_options = config.task_options(ray.cluster_resources())
         super().__init__(results, config)
 
     def _launch(self, job: _Job) -> Any:
+        options = {"max_retries": 0, **self.task_options}
         return self._task.options(
-            num_cpus=self.config.num_cpus,
-            resources=dict(self.config.resources),
-            num_returns="streaming",
-            max_retries=0,
-            name=f"validate:{job.record.name}",
+            **options, num_returns="streaming", name=f"validate:{job.record.name}"
         ).remote(job.fn, job.record.path, job.config)
+
+    def _placement(self) -> str:
+        resources = self.task_options.get("resources")
+        if resources:
+            return str(resources)
+        return f"{self.task_options.get('num_cpus', 1)} CPU(s)"
 
     def _poll(self, jobs: list[_Job], timeout: float) -> list[tuple[_Job, Any, str | None]]:
         import ray
@@ -433,7 +453,8 @@ class RayValidationDispatcher(BaseValidationDispatcher):
             total = ray.cluster_resources()
         except Exception:  # noqa: BLE001 - only a hint
             return ""
-        missing = {k: v for k, v in self.config.resources.items() if total.get(k, 0.0) < v}
+        wanted: dict[str, float] = dict(self.task_options.get("resources") or {})
+        missing = {k: v for k, v in wanted.items() if total.get(k, 0.0) < v}
         if missing:
             return (
                 f"; the Ray cluster has no node with {missing} (in all: "

@@ -112,6 +112,7 @@ class TrainWorker:
         round_offset: int,
         default_upload_mode: str | None = None,
         driver_epoch: int = 0,
+        validation_fn_set: bool = False,
     ) -> None:
         """Start the train function in a thread and return."""
         session = TrainSession(
@@ -121,6 +122,7 @@ class TrainWorker:
             round_offset,
             default_upload_mode=default_upload_mode,
             driver_epoch=driver_epoch,
+            validation_fn_set=validation_fn_set,
         )
         self._thread = threading.Thread(
             target=run_train_fn, args=(session, fn, config), name="train-fn", daemon=True

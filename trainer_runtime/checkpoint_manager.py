@@ -90,6 +90,9 @@ def dumps_strict(data: Any, indent: int | None = None) -> bytes:
 #: ``CheckpointRecord.validation_source`` of a checkpoint validated by the run-level
 #: ``ValidationConfig.validate_fn`` (a new driver can re-queue it) ...
 VALIDATE_FN_OF_RUN = "run"
+#: ... by the trainer's ``ValidationConfig.fn`` at ``report(validation=...)``'s request (a new
+#: driver can re-queue it with the recorded ``validation_kwargs``) ...
+VALIDATE_FN_OF_CONFIG = "config"
 #: ... and by a ``validate_fn`` passed to ``report()`` (it cannot be recovered by another process).
 VALIDATE_FN_OF_REPORT = "report"
 
@@ -145,6 +148,8 @@ class CheckpointRecord:
     #: Which validate function was queued for it: ``VALIDATE_FN_OF_RUN``,
     #: ``VALIDATE_FN_OF_REPORT``, or None (no validation).
     validation_source: str | None = None
+    #: The ``fn_kwargs`` of a ``VALIDATE_FN_OF_CONFIG`` validation (JSON, as Ray requires).
+    validation_kwargs: dict[str, Any] | None = None
     #: Every file of the checkpoint (relative path -> size and fingerprint), as stored and
     #: checked at commit; None for checkpoints committed before files were recorded.
     files: dict[str, StoredFile] | None = field(default=None, repr=False)

@@ -208,30 +208,80 @@ class FailureConfig:
 
 
 @dataclass
-class ValidationConfig:
-    """How ``validate_fn`` calls passed to ``report()`` are run.
+class ValidationTaskConfig:
+    """One validation's settings, passed as ``report(validation=ValidationTaskConfig(...))``
+    (Ray Train 2.60's class of the same name).
 
-    Each validation is a Ray task asking for ``resources`` (by default the
-    custom resource ``validation``, which only the validation pool advertises).
+    ``fn_kwargs`` are merged over ``ValidationConfig.task_config.fn_kwargs`` (these win)
+    and passed as ``fn(checkpoint, **fn_kwargs)``; they must be JSON-serialisable, so that a
+    new driver can re-queue a validation its predecessor left pending. ``timeout_s``
+    (None: no timeout) counts from when the validation starts running.
     """
 
-    max_concurrent_validations: int = 1
-    #: Seconds a validation may run, counted from when it starts running: time spent
-    #: waiting for a node with ``resources`` (a pool scaling up from zero) does not count.
+    fn_kwargs: dict[str, Any] | None = None
     timeout_s: float | None = None
-    resources: dict[str, float] = field(default_factory=lambda: {"validation": 1.0})
-    #: Validation tasks ask for no CPU by default: the ``validation`` resource bounds how
-    #: many run per node, and validation nodes advertise no CPUs so that training worker
-    #: actors (which ask for CPUs) never land on them.
-    num_cpus: float = 0.0
-    #: Whether ``fit()`` waits for pending validations before returning.
-    wait_for_validations: bool = True
-    #: Validation applied to every checkpoint whose ``report()`` gave no ``validate_fn``
-    #: (how a TrainJob's ``spec.validation.entrypoint`` takes effect).
-    validate_fn: Callable[..., Any] | None = None
-    validate_config: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        if self.fn_kwargs is None:
+            self.fn_kwargs = {}
+        if not isinstance(self.fn_kwargs, dict):
+            raise ValueError(
+                f"ValidationTaskConfig.fn_kwargs must be a dict, got {type(self.fn_kwargs)}"
+            )
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise ValueError(
+                "The `timeout_s` should be None or greater than zero, actual value: "
+                f"{self.timeout_s}"
+            )
+
+
+#: ``ValidationConfig.resources`` of a TrainJob: the operator's validation pool advertises it.
+VALIDATION_RESOURCE = "validation"
+
+
+@dataclass
+class ValidationConfig:
+    """How checkpoints are validated: Ray Train 2.60's ``ValidationConfig`` and more.
+
+    Ray 2.60 form: ``ValidationConfig(fn, task_config=ValidationTaskConfig(...),
+    ray_remote_kwargs={...})`` passed as ``TorchTrainer(..., validation_config=...)``;
+    ``report(..., checkpoint=c, validation=True)`` (or a ``ValidationTaskConfig``) then runs
+    ``fn(checkpoint, **fn_kwargs) -> dict`` as a Ray task once ``c`` is committed. Ray 2.51
+    form: ``report(..., validate_fn=f, validate_config=cfg)`` runs ``f(checkpoint, cfg)``.
+    Either way the returned metrics merge into the checkpoint's (and rank it).
+
+    The rest is keyword-only and ours: at most ``max_concurrent_validations`` run at once;
+    ``timeout_s`` is the default timeout; ``wait_for_validations``: ``fit()`` waits for
+    them. Placement: ``ray_remote_kwargs`` (Ray's ``.options()``) wins; else ``resources``
+    and ``num_cpus``; else, when the Ray cluster advertises a ``validation`` resource (a
+    TrainJob's validation pool, or ``trainjob run``'s local Ray), each validation asks for
+    one unit of it and no CPU, so it runs on that cheaper pool; on a plain ``ray.init()`` it
+    asks for what a Ray task asks for by default (1 CPU), as in Ray Train.
+    ``validate_fn``/``validate_config`` validate *every* checkpoint (how a TrainJob's
+    ``spec.validation.entrypoint`` takes effect).
+    """
+
+    fn: Callable[..., Any] | None = None
+    task_config: ValidationTaskConfig | None = None
+    ray_remote_kwargs: dict[str, Any] | None = None
+    max_concurrent_validations: int = field(default=1, kw_only=True)
+    #: Seconds a validation may run, counted from when it starts running: time spent
+    #: waiting for a node (a pool scaling up from zero) does not count.
+    timeout_s: float | None = field(default=None, kw_only=True)
+    #: Ray resources each validation asks for; None: see the class docstring.
+    resources: dict[str, float] | None = field(default=None, kw_only=True)
+    num_cpus: float | None = field(default=None, kw_only=True)
+    wait_for_validations: bool = field(default=True, kw_only=True)
+    validate_fn: Callable[..., Any] | None = field(default=None, kw_only=True)
+    validate_config: dict[str, Any] | None = field(default=None, kw_only=True)
+
+    def __post_init__(self) -> None:
+        if self.fn is not None and not callable(self.fn):
+            raise ValueError(f"ValidationConfig.fn must be callable, got {self.fn!r}")
+        if self.task_config is None:
+            self.task_config = ValidationTaskConfig()
+        if self.ray_remote_kwargs is None:
+            self.ray_remote_kwargs = {}
         if self.max_concurrent_validations < 1:
             raise ValueError(
                 "ValidationConfig.max_concurrent_validations must be >= 1, got "
@@ -239,6 +289,16 @@ class ValidationConfig:
             )
         if self.timeout_s is not None and self.timeout_s <= 0:
             raise ValueError(f"ValidationConfig.timeout_s must be > 0, got {self.timeout_s}")
+
+    def task_options(self, cluster_resources: dict[str, float]) -> dict[str, Any]:
+        """The Ray ``.options()`` of a validation task on a cluster with these resources."""
+        if self.ray_remote_kwargs:
+            return dict(self.ray_remote_kwargs)
+        if self.resources is not None:
+            return {"num_cpus": self.num_cpus or 0.0, "resources": dict(self.resources)}
+        if cluster_resources.get(VALIDATION_RESOURCE, 0) > 0:
+            return {"num_cpus": self.num_cpus or 0.0, "resources": {VALIDATION_RESOURCE: 1.0}}
+        return {} if self.num_cpus is None else {"num_cpus": self.num_cpus}
 
 
 def _default_storage_path() -> str:

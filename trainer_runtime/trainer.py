@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 from trainer_runtime._controller import RunSpec
 from trainer_runtime.backend import Backend
-from trainer_runtime.config import RunConfig, ScalingConfig
+from trainer_runtime.config import RunConfig, ScalingConfig, ValidationConfig
 from trainer_runtime.result import Result
 
 
@@ -29,6 +30,7 @@ class DataParallelTrainer:
         scaling_config: ScalingConfig | None = None,
         run_config: RunConfig | None = None,
         backend: Backend | None = None,
+        validation_config: ValidationConfig | None = None,
     ) -> None:
         if not callable(train_loop_per_worker):
             raise TypeError(
@@ -42,6 +44,16 @@ class DataParallelTrainer:
         self.train_loop_config = train_loop_config
         self.scaling_config = scaling_config or ScalingConfig()
         self.run_config = run_config or RunConfig()
+        if validation_config is not None:
+            # Ray 2.60 passes it to the trainer; RunConfig.validation_config is the same slot.
+            if not isinstance(validation_config, ValidationConfig):
+                raise TypeError(
+                    "validation_config must be a trainer_runtime.ValidationConfig, got "
+                    f"{type(validation_config).__name__}"
+                )
+            self.run_config = dataclasses.replace(
+                self.run_config, validation_config=validation_config
+            )
         self.backend = backend or self._make_backend()
 
     def _make_backend(self) -> Backend:

@@ -145,6 +145,7 @@ def build_trainer(plan: RunPlan, callbacks: list[Callback]) -> Any:
         ScalingConfig,
         ValidationConfig,
     )
+    from trainer_runtime.config import VALIDATION_RESOURCE
 
     spec = plan.job.spec
     validation = spec.validation
@@ -165,6 +166,9 @@ def build_trainer(plan: RunPlan, callbacks: list[Callback]) -> Any:
         ),
         failure_config=FailureConfig(max_failures=spec.failure.max_failures),
         validation_config=ValidationConfig(
+            # The validation pool advertises this resource, also while it is scaled to zero:
+            # validations wait for a pool node rather than run on the training workers.
+            resources={VALIDATION_RESOURCE: 1.0},
             max_concurrent_validations=validation.max_concurrent if validation else 1,
             timeout_s=float(validation.timeout_seconds)
             if validation and validation.timeout_seconds

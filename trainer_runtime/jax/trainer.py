@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from trainer_runtime.config import RunConfig, ScalingConfig
+from trainer_runtime.config import RunConfig, ScalingConfig, ValidationConfig
 from trainer_runtime.jax.backend import JaxBackend, JaxConfig
 from trainer_runtime.trainer import DataParallelTrainer
 
@@ -29,6 +29,7 @@ class JaxTrainer(DataParallelTrainer):
         jax_config: JaxConfig | None = None,
         scaling_config: ScalingConfig | None = None,
         run_config: RunConfig | None = None,
+        validation_config: ValidationConfig | None = None,
     ) -> None:
         super().__init__(
             train_loop_per_worker,
@@ -36,4 +37,5 @@ class JaxTrainer(DataParallelTrainer):
             scaling_config=scaling_config,
             run_config=run_config,
             backend=JaxBackend(jax_config),
+            validation_config=validation_config,
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from trainer_runtime.config import RunConfig, ScalingConfig
+from trainer_runtime.config import RunConfig, ScalingConfig, ValidationConfig
 from trainer_runtime.torch.backend import TorchBackend, TorchConfig
 from trainer_runtime.trainer import DataParallelTrainer
 
@@ -24,6 +24,7 @@ class TorchTrainer(DataParallelTrainer):
         torch_config: TorchConfig | None = None,
         scaling_config: ScalingConfig | None = None,
         run_config: RunConfig | None = None,
+        validation_config: ValidationConfig | None = None,
     ) -> None:
         super().__init__(
             train_loop_per_worker,
@@ -31,4 +32,5 @@ class TorchTrainer(DataParallelTrainer):
             scaling_config=scaling_config,
             run_config=run_config,
             backend=TorchBackend(torch_config),
+            validation_config=validation_config,
         )
