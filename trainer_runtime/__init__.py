@@ -26,9 +26,11 @@ from trainer_runtime.config import (
 from trainer_runtime.context import StorageInfo, TrainContext
 from trainer_runtime.errors import (
     CheckpointUploadError,
+    ControllerError,
     ReportError,
     TrainingFailedError,
     UserConfigError,
+    WorkerGroupError,
 )
 from trainer_runtime.result import Result
 from trainer_runtime.trainer import DataParallelTrainer
@@ -125,6 +127,7 @@ __all__ = [
     "CheckpointStatus",
     "CheckpointUploadError",
     "CheckpointUploadMode",
+    "ControllerError",
     "DataParallelTrainer",
     "FailureConfig",
     "ReportError",
@@ -137,6 +140,7 @@ __all__ = [
     "UserConfigError",
     "ValidationConfig",
     "ValidationTaskConfig",
+    "WorkerGroupError",
     "get_checkpoint",
     "get_context",
     "report",

@@ -23,11 +23,13 @@ from trainer_runtime.checkpoint_manager import CheckpointManager
 from trainer_runtime.config import RunConfig, ScalingConfig
 from trainer_runtime.context import TrainContext
 from trainer_runtime.errors import (
+    ControllerError,
     FencedError,
     StorageError,
     TrainingFailedError,
     UserConfigError,
     ValidationDispatchError,
+    WorkerFailure,
     WorkerGroupError,
 )
 from trainer_runtime.result import Result
@@ -146,7 +148,9 @@ class BaseController:
                     break
                 except (UserConfigError, ValidationDispatchError, FencedError) as exc:
                     raise self._fail(exc) from exc
-                except WorkerGroupError as exc:
+                except WorkerFailure as exc:
+                    if exc.permanent:
+                        raise self._fail(exc) from exc
                     self.failures += 1
                     in_a_row = 1 if self.manager.latest is not latest_before else in_a_row + 1
                     will_restart = failure_config.allows(self.failures)
@@ -176,22 +180,34 @@ class BaseController:
         return result
 
     def _fail(self, exc: BaseException) -> TrainingFailedError:
+        """The exception ``fit()`` raises for ``exc``: Ray's ``WorkerGroupError`` when a
+        worker failed, its ``ControllerError`` otherwise (both are TrainingFailedError)."""
         if not isinstance(exc, FencedError):  # a fenced driver must not touch the run
             self._cleanup_partial()
         max_failures = self.spec.run.failure_config.max_failures  # type: ignore[union-attr]
-        if isinstance(exc, UserConfigError | ValidationDispatchError | FencedError):
-            head = f"Training failed: {exc}"
-        else:
+        retried = isinstance(exc, WorkerFailure) and not exc.permanent
+        if retried:
             head = (
                 f"Training failed after {self.failures} failure(s) "
                 f"(FailureConfig.max_failures={max_failures}): {exc}"
             )
+        else:
+            head = f"Training failed: {exc}"
         result = self.result(exc)
         call_all(self.spec.run.callbacks, "on_run_end", None, exc)
         latest = result.checkpoint
         if latest is not None:
             head += f"\nThe latest committed checkpoint is {latest.path}."
-        return TrainingFailedError(head, cause=exc, result=result)
+        if isinstance(exc, WorkerFailure) and exc.rank is not None:
+            failure = exc.exception or RuntimeError(str(exc))
+            return WorkerGroupError(
+                head,
+                {exc.rank: failure},
+                cause=exc,
+                result=result,
+                traceback_text=exc.traceback_text,
+            )
+        return ControllerError(exc, head, result=result)
 
     def _cleanup_partial(self) -> None:
         for uri in self.coordinator.abandon_attempt():
@@ -312,7 +328,7 @@ class RayController(BaseController):
                         events = ray.get(ref)
                     except (RayActorError, GetTimeoutError) as exc:
                         w = by_rank[rank]
-                        raise WorkerGroupError(
+                        raise WorkerFailure(
                             f"worker rank {rank} (pid {w.pid} on {w.ip}) died: "
                             f"{str(exc).splitlines()[0]}",
                             rank=rank,
@@ -323,7 +339,7 @@ class RayController(BaseController):
                             finished.add(event.rank)
                     if rank not in finished:
                         pending[by_rank[rank].actor.poll.remote(POLL_TIMEOUT_S)] = rank
-        except WorkerGroupError as exc:
+        except WorkerFailure as exc:
             self._salvage(pending, group, finished, exclude=exc.rank)
             raise
 

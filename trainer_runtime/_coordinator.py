@@ -39,7 +39,7 @@ from trainer_runtime.errors import (
     FencedError,
     StorageError,
     UserConfigError,
-    WorkerGroupError,
+    WorkerFailure,
 )
 from trainer_runtime.storage import Storage
 from trainer_runtime.storage.base import (
@@ -166,7 +166,7 @@ class RunCoordinator:
 
     # -- events ---------------------------------------------------------------------------
     def handle(self, event: Event) -> None:
-        """Apply one event. Raises WorkerGroupError / UserConfigError on failures."""
+        """Apply one event. Raises WorkerFailure / UserConfigError on failures."""
         with self.lock:
             if isinstance(event, ReportEvent):
                 self._on_report(event)
@@ -178,27 +178,24 @@ class RunCoordinator:
                 self._commit_ready()
             elif isinstance(event, UploadFailedEvent):
                 what = f"rank {event.rank} failed to upload checkpoint {event.uri}: {event.error}"
-                if event.source_error:
-                    raise UserConfigError(what) from CheckpointUploadError(event.error)
-                if event.permanent:
-                    raise UserConfigError(
-                        f"{what}. Retrying cannot fix this error, so the run stops instead of "
+                cause = CheckpointUploadError(event.error)
+                if event.permanent and not event.source_error:
+                    what += (
+                        ". Retrying cannot fix this error, so the run stops instead of "
                         "restarting the workers; fix the storage configuration or permissions"
-                    ) from CheckpointUploadError(event.error)
-                raise WorkerGroupError(what, rank=event.rank) from CheckpointUploadError(
-                    event.error
-                )
-            elif isinstance(event, WorkerFinishedEvent) and event.config_error:
-                # A bad report() call or configuration: every restart would fail the same way.
-                raise UserConfigError(
-                    f"rank {event.rank}: {event.error}"
-                    + (f"\n{event.traceback}" if event.traceback else "")
-                )
+                    )
+                raise WorkerFailure(
+                    what, rank=event.rank, exception=cause, permanent=event.permanent
+                ) from cause
             elif isinstance(event, WorkerFinishedEvent) and event.error is not None:
-                raise WorkerGroupError(
+                # config_error: a bad report() call or configuration, which every restart
+                # would repeat: the run fails at once.
+                raise WorkerFailure(
                     f"the train function failed on rank {event.rank}: {event.error}",
                     rank=event.rank,
                     traceback_text=event.traceback,
+                    exception=event.exception or RuntimeError(event.error),
+                    permanent=event.config_error,
                 )
 
     def _round(self, index: int) -> _Round:
@@ -210,7 +207,7 @@ class RunCoordinator:
     def _on_report(self, event: ReportEvent) -> None:
         rnd = self._round(event.round)
         if event.rank in rnd.reports:
-            raise WorkerGroupError(f"rank {event.rank} reported round {event.round} twice")
+            raise WorkerFailure(f"rank {event.rank} reported round {event.round} twice")
         other = rnd.checkpoint_uri
         if event.checkpoint_uri and other and other != event.checkpoint_uri:
             raise UserConfigError(
@@ -272,7 +269,7 @@ class RunCoordinator:
                     f"{message}. Retrying cannot fix this error, so the run stops instead of "
                     "restarting the workers"
                 ) from exc
-            raise WorkerGroupError(message) from exc
+            raise WorkerFailure(message) from exc
         logger.info("Committed checkpoint %s (round %d)", uri, rnd.index)
         call_all(self.callbacks, "on_checkpoint", record, self.manager.best())
         if request is not None:
@@ -339,16 +336,16 @@ class RunCoordinator:
                 )
             now = listed.get(rel)
             if now is None:
-                raise WorkerGroupError(f"checkpoint {uri} is incomplete: {rel} is missing")
+                raise WorkerFailure(f"checkpoint {uri} is incomplete: {rel} is missing")
             if all(now != f for _, f in by_rank):
-                raise WorkerGroupError(
+                raise WorkerFailure(
                     f"checkpoint {uri}: {rel} was overwritten after rank "
                     f"{by_rank[-1][0]} stored it (another process wrote into the folder)"
                 )
         if not in_place:
             extra = sorted(set(listed) - set(expected))
             if extra:
-                raise WorkerGroupError(
+                raise WorkerFailure(
                     f"checkpoint {uri} holds {len(extra)} file(s) no rank reported ("
                     f"{', '.join(extra[:3])}{', ...' if len(extra) > 3 else ''}), e.g. left "
                     "by a worker of an earlier attempt; it is not committed"

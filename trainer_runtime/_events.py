@@ -68,6 +68,8 @@ class WorkerFinishedEvent:
     rank: int
     error: str | None = None
     traceback: str | None = None
+    #: The train function's exception itself, when it can be sent (None otherwise).
+    exception: BaseException | None = None
     #: The error is one retrying cannot fix (a bad ``report()`` call, a
     #: ``UserConfigError``): the run fails at once instead of restarting.
     config_error: bool = False

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import shutil
 import tempfile
 import threading
@@ -318,9 +319,19 @@ class TrainSession:
                 self.context.world_rank,
                 error=None if error is None else f"{type(error).__name__}: {error}",
                 traceback=traceback_text,
+                exception=error if error is not None and _sendable(error) else None,
                 config_error=isinstance(error, ReportError | UserConfigError),
             )
         )
+
+
+def _sendable(exc: BaseException) -> bool:
+    """Whether ``exc`` survives pickling (it travels from a Ray worker to the controller)."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:  # noqa: BLE001 - any failure means "send the text only"
+        return False
+    return True
 
 
 def _copy_without_commit_marker(checkpoint: Checkpoint) -> Path:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from trainer_runtime.result import Result
@@ -14,6 +14,9 @@ class TrainerRuntimeError(Exception):
 
 class TrainingFailedError(TrainerRuntimeError):
     """``fit()`` could not finish: the last failure and the partial result are attached.
+
+    As in Ray Train, ``fit()`` raises one of its subclasses: :class:`WorkerGroupError` (the
+    workers failed) or :class:`ControllerError` (the controller did).
 
     ``cause`` is the exception that ended the run (also chained as ``__cause__``);
     ``result`` holds what had been committed before the failure (metrics, latest
@@ -28,15 +31,74 @@ class TrainingFailedError(TrainerRuntimeError):
         self.result = result
 
 
-class WorkerGroupError(TrainerRuntimeError):
-    """A worker of the group failed (process died, train function raised, upload failed)."""
+class WorkerGroupError(TrainingFailedError):
+    """Training failed because of worker failures (``ray.train.WorkerGroupError``).
+
+    ``worker_failures`` maps each failed worker's rank to its exception (the train
+    function's own exception where it could be carried over, with ``traceback_text``
+    holding the worker's traceback).
+    """
 
     def __init__(
-        self, message: str, rank: int | None = None, traceback_text: str | None = None
+        self,
+        error_message: str,
+        worker_failures: dict[int, BaseException],
+        cause: BaseException | None = None,
+        result: Result | None = None,
+        traceback_text: str | None = None,
+    ) -> None:
+        # Ray prefixes "Training failed due to worker errors:"; the first line here says what
+        # failed instead (it becomes a TrainJob's status.message).
+        super().__init__(error_message, cause=cause, result=result)
+        self._error_message = error_message
+        self.worker_failures = worker_failures
+        self.traceback_text = traceback_text
+
+    def __reduce__(self) -> Any:
+        return (self.__class__, (self._error_message, self.worker_failures))
+
+
+class ControllerError(TrainingFailedError):
+    """Training failed on the controller side (``ray.train.ControllerError``): a bad
+    configuration, or storage that retrying cannot fix. ``controller_failure`` is the cause."""
+
+    def __init__(
+        self,
+        controller_failure: BaseException,
+        message: str | None = None,
+        result: Result | None = None,
+    ) -> None:
+        super().__init__(
+            message or str(controller_failure), cause=controller_failure, result=result
+        )
+        self.controller_failure = controller_failure
+        self._message = message
+
+    def __reduce__(self) -> Any:
+        return (self.__class__, (self.controller_failure, self._message))
+
+
+class WorkerFailure(TrainerRuntimeError):
+    """Internal: a worker of the group failed (process died, train function raised, upload
+    failed). The controller restarts the group, or raises :class:`WorkerGroupError`.
+
+    ``permanent``: restarting cannot help (a bad ``report()`` call, storage access denied):
+    the run fails at once.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        rank: int | None = None,
+        traceback_text: str | None = None,
+        exception: BaseException | None = None,
+        permanent: bool = False,
     ) -> None:
         super().__init__(message)
         self.rank = rank
         self.traceback_text = traceback_text
+        self.exception = exception
+        self.permanent = permanent
 
     def __str__(self) -> str:
         base = super().__str__()

@@ -26,7 +26,7 @@ from trainer_runtime.errors import (
     FencedError,
     StorageError,
     UserConfigError,
-    WorkerGroupError,
+    WorkerFailure,
 )
 from trainer_runtime.storage import join_uri
 from trainer_runtime.storage.base import describe_error, is_permanent_error
@@ -68,7 +68,7 @@ def test_a_stray_file_in_the_folder_blocks_the_commit(tmp_path: Path) -> None:
     c.handle(ReportEvent(0, 0, {"step": 0}, checkpoint_uri=uri))
     done = _upload(tmp_path, 0, uri, {"w": b"mine"})
     Path(uri, "stale.bin").write_bytes(b"left by a worker of an earlier attempt")
-    with pytest.raises(WorkerGroupError, match=r"no rank reported \(stale.bin\)"):
+    with pytest.raises(WorkerFailure, match=r"no rank reported \(stale.bin\)"):
         c.handle(done)
     assert not Path(uri, COMMIT_MARKER).exists()
     assert c.abandon_attempt() == [uri]
@@ -82,7 +82,7 @@ def test_a_file_overwritten_after_its_upload_blocks_the_commit(tmp_path: Path) -
     done = _upload(tmp_path, 0, uri, {"w": b"mine"})
     time.sleep(0.01)
     Path(uri, "w").write_bytes(b"them")  # same size, other bytes: another writer
-    with pytest.raises(WorkerGroupError, match="w was overwritten"):
+    with pytest.raises(WorkerFailure, match="w was overwritten"):
         c.handle(done)
     assert not Path(uri, COMMIT_MARKER).exists()
 
@@ -102,10 +102,11 @@ def test_upload_failures_that_retrying_cannot_fix_fail_the_run(tmp_path: Path) -
     c = _coordinator(str(tmp_path / "run"))
     uri = join_uri(str(tmp_path / "run"), "checkpoint_000000")
     c.handle(ReportEvent(0, 0, {}, checkpoint_uri=uri))
-    with pytest.raises(WorkerGroupError, match="timed out"):
+    with pytest.raises(WorkerFailure, match="timed out"):
         c.handle(UploadFailedEvent(0, 0, uri, "TimeoutError: timed out"))
-    with pytest.raises(UserConfigError, match="Retrying cannot fix"):
+    with pytest.raises(WorkerFailure, match="Retrying cannot fix") as info:
         c.handle(UploadFailedEvent(0, 0, uri, "PermissionError: denied", permanent=True))
+    assert info.value.permanent and info.value.rank == 0  # fails the run, no restart
 
 
 def test_the_snapshot_names_the_folder_and_what_changed(tmp_path: Path) -> None:

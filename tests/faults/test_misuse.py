@@ -28,7 +28,7 @@ from trainer_runtime import (
     TrainingFailedError,
 )
 from trainer_runtime.checkpoint_manager import MANIFEST_FILE
-from trainer_runtime.errors import ReportError, UserConfigError
+from trainer_runtime.errors import ReportError, UserConfigError, WorkerGroupError
 from trainer_runtime.storage import join_uri
 
 SCALINGS = {"local": ScalingConfig(num_workers=0), "ray": ScalingConfig(num_workers=2)}
@@ -113,7 +113,9 @@ def test_delete_after_upload_refuses_a_folder_holding_the_storage(
 
     with pytest.raises(TrainingFailedError, match=r"contains this run's .*delete_local") as info:
         _fit(train, {}, str(storage), scaling)
-    assert isinstance(info.value.cause, UserConfigError | ReportError)
+    # As in Ray Train: a WorkerGroupError whose worker failure is the ValueError.
+    assert isinstance(info.value, WorkerGroupError)
+    assert isinstance(info.value.worker_failures[0], ValueError)
     assert other_run.read_bytes() == b"another run's data"
     assert (storage / "rank0_0.bin").exists() or (storage / "run" / "rank0_0.bin").exists()
 
@@ -132,9 +134,10 @@ def test_reserved_checkpoint_names_are_refused_and_the_run_stays_readable(
             {"step": 1}, checkpoint=Checkpoint.from_directory(folder), checkpoint_dir_name=name
         )
 
-    with pytest.raises(TrainingFailedError, match="checkpoint_dir_name") as info:
+    with pytest.raises(WorkerGroupError, match="checkpoint_dir_name") as info:
         _fit(train, {}, str(tmp_path), SCALINGS["local"])
-    assert isinstance(info.value.cause, UserConfigError)
+    assert isinstance(info.value.worker_failures[0], ReportError)
+    assert info.value.result is not None and info.value.result.restarts == 0
     result = check_run(str(tmp_path / "run"), 1)
     assert [r.name for r in result.checkpoints] == ["checkpoint_000000"]
 

@@ -37,7 +37,13 @@ class _Validator:
     def __init__(self) -> None:
         self.submitted: list[str] = []
 
-    def submit(self, record: CheckpointRecord, fn: Any, config: dict[str, Any] | None) -> None:
+    def submit(
+        self,
+        record: CheckpointRecord,
+        fn: Any,
+        config: dict[str, Any] | None,
+        timeout_s: float | None = None,
+    ) -> None:
         self.submitted.append(record.name)
 
 
