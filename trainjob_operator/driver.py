@@ -20,8 +20,14 @@ from typing import Any
 
 from trainer_runtime.callbacks import Callback
 from trainer_runtime.checkpoint_manager import CheckpointRecord, CheckpointStatus
-from trainjob_operator.api.models import TrainJob, split_entrypoint
-from trainjob_operator.reconcile.plan import set_condition
+from trainjob_operator.api.models import (
+    ConditionType,
+    Phase,
+    Reason,
+    TrainJob,
+    TrainJobStatus,
+    split_entrypoint,
+)
 from trainjob_operator.render.workers import gpus_per_worker
 
 DEFAULT_LOCAL_STORAGE = "~/trainjob_results"
@@ -272,7 +278,7 @@ class StatusTracker(Callback):
         self._lock = threading.Lock()
         self.reports = 0
         self.status: dict[str, Any] = {
-            "phase": "Starting",
+            "phase": Phase.STARTING.value,
             "startTime": _now(),
             "restarts": 0,
             "workerFailures": 0,
@@ -280,10 +286,13 @@ class StatusTracker(Callback):
         }
         self._validated: dict[str, str] = {}
         self._latest_round = -1
-        self._condition("Created", True, "Created", "TrainJob accepted")
+        self._condition(ConditionType.CREATED, True, Reason.CREATED, "TrainJob accepted")
 
     def _condition(self, type_: str, true: bool, reason: str, message: str) -> None:
-        set_condition(self.status, type_, true, reason, message, None, dt.datetime.now(dt.UTC))
+        # One rule for conditions (TrainJobStatus.set_condition) on this dict's conditions.
+        typed = TrainJobStatus.model_validate({"conditions": self.status.get("conditions", [])})
+        typed.set_condition(type_, true, reason, message, None, dt.datetime.now(dt.UTC))
+        self.status["conditions"] = typed.to_dict()["conditions"]
 
     def snapshot(self) -> dict[str, Any]:
         """A copy of the current status."""
@@ -295,11 +304,15 @@ class StatusTracker(Callback):
     def on_run_start(self, run_path: str, world_size: int, attempt: int) -> None:
         """The worker group is up."""
         with self._lock:
-            self.status["phase"] = "Running"
+            self.status["phase"] = Phase.RUNNING.value
             self.status["workers"] = {"ready": world_size, "desired": world_size}
-            self._condition("Running", True, "WorkersReady", f"{world_size} worker(s) running")
+            self._condition(
+                ConditionType.RUNNING, True, Reason.WORKERS_READY, f"{world_size} worker(s) running"
+            )
             if attempt > 0:
-                self._condition("Restarting", False, "Running", "worker group restarted")
+                self._condition(
+                    ConditionType.RESTARTING, False, Reason.RUNNING, "worker group restarted"
+                )
 
     def on_report(self, round_index: int, metrics: dict[str, Any]) -> None:
         """Rank 0 reported."""
@@ -351,32 +364,38 @@ class StatusTracker(Callback):
         """The worker group failed."""
         with self._lock:
             self.status["workerFailures"] = failures
-            self.status["phase"] = "Restarting" if will_restart else "Failed"
+            self.status["phase"] = (Phase.RESTARTING if will_restart else Phase.FAILED).value
             self.status["message"] = str(error).splitlines()[0]
             if will_restart:
                 self._condition(
-                    "Restarting",
+                    ConditionType.RESTARTING,
                     True,
-                    "WorkerGroupFailed",
+                    Reason.WORKER_GROUP_FAILED,
                     f"{self.status['message']}; restarting from the latest checkpoint",
                 )
-                self._condition("Running", False, "WorkerGroupFailed", self.status["message"])
+                self._condition(
+                    ConditionType.RUNNING,
+                    False,
+                    Reason.WORKER_GROUP_FAILED,
+                    self.status["message"],
+                )
 
     def finish(self, error: BaseException | None) -> dict[str, Any]:
         """Final status: Succeeded, or Failed with the error as message."""
         with self._lock:
-            self.status["phase"] = "Failed" if error is not None else "Succeeded"
+            self.status["phase"] = (Phase.FAILED if error is not None else Phase.SUCCEEDED).value
             self.status["completionTime"] = _now()
             if error is not None:
                 self.status["message"] = str(error).splitlines()[0]
-                self._condition("Failed", True, "TrainingFailed", self.status["message"])
-                self._condition("Running", False, "TrainingFailed", self.status["message"])
+                message = self.status["message"]
+                self._condition(ConditionType.FAILED, True, Reason.TRAINING_FAILED, message)
+                self._condition(ConditionType.RUNNING, False, Reason.TRAINING_FAILED, message)
             else:
                 self.status["message"] = "training finished"
-                self._condition("Succeeded", True, "TrainingFinished", "training finished")
-                self._condition("Running", False, "Succeeded", "training finished")
+                self._condition(
+                    ConditionType.SUCCEEDED, True, Reason.TRAINING_FINISHED, "training finished"
+                )
+                self._condition(ConditionType.RUNNING, False, Reason.SUCCEEDED, "training finished")
             out = dict(self.status)
-        from trainjob_operator.api.models import TrainJobStatus
-
         # The published status must always be what the CRD accepts.
         return TrainJobStatus.model_validate(out).to_dict()

@@ -13,6 +13,9 @@ the driver's status updates, annotations), when the last plan asked to be
 called back by now (a deadline, the TTL, a pool scale-down, a pod being
 replaced), or at least every ``resync_seconds`` as a safety net.
 
+Metrics: reconciles, skipped triggers, errors, durations, and ``trainjob_jobs{phase}``: the
+TrainJobs by the phase of their last plan, one series per :class:`~trainjob_operator.api.Phase`.
+
 Run with ``trainjob operator`` (or :func:`run_operator` in-process, as the tests do).
 """
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import datetime as dt
 import json
@@ -32,7 +36,7 @@ from typing import Any
 import kopf
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
-from trainjob_operator.api.models import TrainJob
+from trainjob_operator.api.models import Phase, TrainJob
 from trainjob_operator.kube import KubeClient, KubeConfig
 from trainjob_operator.reconcile.apply import NAME_LABEL, Renderer, reconcile_trainjob
 
@@ -114,7 +118,7 @@ class Operator:
         self.client = client
         self.render = render
         self.resync_seconds = resync_seconds
-        self._phases: dict[tuple[str, str], str] = {}
+        self._phases: dict[tuple[str, str], Phase | None] = {}
         self._lock = threading.Lock()
         self._job_locks = KeyedLocks()
         self._waiting: set[tuple[str, str]] = set()
@@ -182,7 +186,7 @@ class Operator:
                 self._phases.pop(key, None)
                 self._timer_state.pop(key, None)
             else:
-                self._phases[key] = str(plan.status.get("phase"))
+                self._phases[key] = plan.new_status.phase
                 wait = self.resync_seconds
                 if plan.requeue_after is not None:
                     wait = min(wait, plan.requeue_after)
@@ -190,19 +194,9 @@ class Operator:
                 if trigger == "timer":
                     seen_version = resource_version
                 self._timer_state[key] = (started + wait, seen_version)
-            counts: dict[str, int] = {}
-            for phase in self._phases.values():
-                counts[phase] = counts.get(phase, 0) + 1
-            for phase in (
-                "Pending",
-                "Starting",
-                "Running",
-                "Restarting",
-                "Suspended",
-                "Succeeded",
-                "Failed",
-            ):
-                PHASES.labels(phase).set(counts.get(phase, 0))
+            counts = collections.Counter(self._phases.values())
+            for phase in Phase:
+                PHASES.labels(phase.value).set(counts[phase])
 
 
 def register(

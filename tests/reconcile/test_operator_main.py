@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from trainjob_operator import operator_main
+from trainjob_operator.api.models import Phase, TrainJobStatus
 from trainjob_operator.operator_main import JsonFormatter, KeyedLocks, Operator
 from trainjob_operator.reconcile.apply import invalid_child_message
 from trainjob_operator.reconcile.plan import Plan
@@ -76,7 +77,7 @@ def _overlap_counter(
         time.sleep(sleep)
         with lock:
             active[key] -= 1
-        return Plan(status={"phase": "Running"})
+        return Plan(TrainJobStatus(phase=Phase.RUNNING))
 
     return peak, fake
 
@@ -104,7 +105,7 @@ def test_reconciles_of_different_trainjobs_run_concurrently(
 
     def fake(client: Any, namespace: str, name: str, render: Any) -> Plan:
         started.wait()  # both must be inside at once, or this times out
-        return Plan(status={"phase": "Running"})
+        return Plan(TrainJobStatus(phase=Phase.RUNNING))
 
     monkeypatch.setattr(operator_main, "reconcile_trainjob", fake)
     op = Operator(client=None, render=lambda *a: [])  # type: ignore[arg-type]
@@ -128,7 +129,7 @@ def test_a_trigger_is_dropped_while_a_reconcile_of_the_same_job_waits(
         if len(runs) == 1:
             inside.set()
             release.wait(5)
-        return Plan(status={"phase": "Running"})
+        return Plan(TrainJobStatus(phase=Phase.RUNNING))
 
     monkeypatch.setattr(operator_main, "reconcile_trainjob", fake)
     op = Operator(client=None, render=lambda *a: [])  # type: ignore[arg-type]
@@ -158,7 +159,7 @@ def test_timer_reconciles_only_on_change_when_due_or_at_resync(
 
     def fake(client: Any, namespace: str, name: str, render: Any) -> Plan:
         runs.append(name)
-        return Plan(status={"phase": "Running"}, requeue_after=requeue[0])
+        return Plan(TrainJobStatus(phase=Phase.RUNNING), requeue_after=requeue[0])
 
     monkeypatch.setattr(operator_main, "reconcile_trainjob", fake)
     op = Operator(client=None, render=lambda *a: [], resync_seconds=3600)  # type: ignore[arg-type]
@@ -237,3 +238,17 @@ def test_invalid_child_message_names_each_field() -> None:
     assert invalid_child_message(pod, {"message": "nope"}) == (
         "the API server rejected Pod tj-head: nope"
     )
+
+
+def test_jobs_gauge_has_a_series_for_every_phase(monkeypatch: pytest.MonkeyPatch) -> None:
+    from prometheus_client import REGISTRY
+
+    def fake(client: Any, namespace: str, name: str, render: Any) -> Plan:
+        return Plan(TrainJobStatus(phase=Phase.SUSPENDED))
+
+    monkeypatch.setattr(operator_main, "reconcile_trainjob", fake)
+    op = Operator(client=None, render=lambda *a: [])  # type: ignore[arg-type]
+    op.reconcile("ns", "a", "pod")
+    op.reconcile("ns", "b", "pod")
+    values = {p: REGISTRY.get_sample_value("trainjob_jobs", {"phase": p.value}) for p in Phase}
+    assert values == {p: (2.0 if p == Phase.SUSPENDED else 0.0) for p in Phase}

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from trainjob_operator.api.models import TrainJob, parse_trainjob
+from trainjob_operator.api.models import TrainJob, TrainJobStatus, parse_trainjob
 from trainjob_operator.reconcile.plan import (
     LAST_DEMAND_ANNOTATION,
     TERMINATION_MESSAGE_LIMIT,
@@ -210,7 +210,7 @@ def test_deadlines_ask_to_be_reconciled_when_they_would_pass() -> None:
 
 
 def test_requeue_at_most_keeps_the_earliest_request() -> None:
-    plan = Plan(status={})
+    plan = Plan(TrainJobStatus())
     plan.requeue_at_most(30)
     plan.requeue_at_most(5)
     plan.requeue_at_most(12)

@@ -28,7 +28,7 @@ import types
 import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple, Union
@@ -70,6 +70,7 @@ __all__ = [
     "CheckpointConfig",
     "CheckpointSummary",
     "Condition",
+    "ConditionType",
     "EnvVar",
     "FailureConfig",
     "FieldError",
@@ -80,6 +81,7 @@ __all__ = [
     "ProgressStatus",
     "RayConfig",
     "RayHeadConfig",
+    "Reason",
     "ScalingConfig",
     "StorageConfig",
     "TpuConfig",
@@ -719,6 +721,54 @@ class Phase(StrEnum):
         return self in (Phase.SUCCEEDED, Phase.FAILED)
 
 
+class ConditionType(StrEnum):
+    """``status.conditions[].type`` of a TrainJob (one condition per type)."""
+
+    CREATED = "Created"
+    RUNNING = "Running"
+    SUSPENDED = "Suspended"
+    RESTARTING = "Restarting"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class Reason(StrEnum):
+    """CamelCase reasons of TrainJob conditions and of the Events posted on a TrainJob.
+
+    Set by the operator (:mod:`trainjob_operator.reconcile`) and, for ``trainjob run`` and the
+    driver's own view of a run, by :class:`trainjob_operator.driver.StatusTracker`.
+    """
+
+    # lifecycle
+    CREATED = "Created"
+    STARTING = "Starting"
+    RUNNING = "Running"
+    CLUSTER_READY = "ClusterReady"
+    SUSPENDED = "Suspended"
+    RESUMED = "Resumed"
+    SUCCEEDED = "Succeeded"
+    DRIVER_SUCCEEDED = "DriverSucceeded"
+    TTL_EXPIRED = "TTLExpired"
+    # whole-cluster restarts (operator)
+    DRIVER_FAILED = "DriverFailed"
+    HEAD_FAILED = "HeadFailed"
+    HEAD_OR_DRIVER_LOST = "HeadOrDriverLost"
+    # failures that no restart can fix (operator)
+    INVALID_INPUT = "InvalidInput"
+    INVALID_SPEC = "InvalidSpec"
+    INVALID_CHILD = "InvalidChild"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    STARTUP_DEADLINE_EXCEEDED = "StartupDeadlineExceeded"
+    # pods replaced in place (operator Events)
+    WORKER_POD_LOST = "WorkerPodLost"
+    SPEC_CHANGED = "SpecChanged"
+    # the runtime's view of a run (driver)
+    WORKERS_READY = "WorkersReady"
+    WORKER_GROUP_FAILED = "WorkerGroupFailed"
+    TRAINING_FAILED = "TrainingFailed"
+    TRAINING_FINISHED = "TrainingFinished"
+
+
 class Condition(ApiModel):
     """A metav1.Condition."""
 
@@ -831,6 +881,41 @@ class TrainJobStatus(ApiModel):
     def condition(self, type_: str) -> Condition | None:
         """The condition of the given type, if present."""
         return next((c for c in self.conditions if c.type == type_), None)
+
+    def condition_true(self, type_: str) -> bool:
+        """Whether the condition of the given type is present with status True."""
+        found = self.condition(type_)
+        return found is not None and found.status == "True"
+
+    def set_condition(
+        self,
+        type_: str,
+        true: bool,
+        reason: str,
+        message: str,
+        generation: int | None,
+        now: datetime,
+    ) -> None:
+        """Set one condition (added when missing); ``lastTransitionTime`` (``now`` in UTC,
+        whole seconds) changes only when the condition's status does, ``observedGeneration``
+        only when ``generation`` is given."""
+        value: Literal["True", "False"] = "True" if true else "False"
+        stamp = now.astimezone(UTC).replace(microsecond=0)
+        found = self.condition(type_)
+        if found is None:
+            found = Condition(
+                type=type_, status=value, reason=reason, message=message, last_transition_time=stamp
+            )
+            self.conditions.append(found)
+        else:
+            if found.status != value:
+                found.last_transition_time = stamp
+            found.status = value
+            found.reason = reason
+            found.message = message
+        if generation is not None:
+            found.observed_generation = generation
+        self.conditions = self.conditions  # counts as set (a patch of the status includes it)
 
 
 class TrainJob(ApiModel):

@@ -1,1 +1,2 @@
-"""Level-based reconciliation of a TrainJob: pure planning (``plan``) and thin I/O (``apply``)."""
+"""Level-based reconciliation of a TrainJob: a pure state machine that plans (``plan``) and a
+thin layer that executes the plan (``apply``)."""

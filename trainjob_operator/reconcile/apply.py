@@ -1,52 +1,41 @@
-"""The side-effecting half of reconciliation: read, plan (pure), apply.
+"""The side-effecting half of reconciliation: read, plan (pure), execute the plan.
 
-:func:`reconcile_trainjob` is what every operator trigger calls (create,
-update, resume, timer, child pod events). It is idempotent: running it twice,
-or after an operator restart mid-way, converges to the same children.
+:func:`reconcile_trainjob` is what every operator trigger calls (create, update, resume,
+timer, child pod events): it reads the TrainJob and its children, asks the planner
+(:func:`~trainjob_operator.reconcile.plan.plan_trainjob`, or
+:func:`~trainjob_operator.reconcile.plan.plan_invalid_spec` for a spec that does not parse)
+for a :class:`~trainjob_operator.reconcile.plan.Plan`, and :func:`execute_plan` carries it
+out: deletes, creates, then one status write (only when the operator's keys changed), the
+annotation patch, and the Events. Nothing here decides anything; the one outcome that changes
+the plan, a child the API server rejects, is handed back to it
+(:meth:`~trainjob_operator.reconcile.plan.Plan.fail_rejected_child`). It is idempotent:
+running it twice, or after an operator restart mid-way, converges to the same children.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable
 from typing import Any
 
-from trainjob_operator.api.models import ManifestError, TrainJob, parse_trainjob
+from trainjob_operator.api.models import ManifestError, parse_trainjob
 from trainjob_operator.kube import ApiError, KubeClient
 from trainjob_operator.reconcile.plan import (
-    LAST_DEMAND_ANNOTATION,
+    OPERATOR_STATUS_KEYS,
     Event,
     Plan,
-    mark_failed,
-    plan_reconcile,
-    set_condition,
-    validation_replicas,
-    validation_scale_down_in,
+    Renderer,
+    invalid_child_message,
+    plan_invalid_spec,
+    plan_trainjob,
 )
 
 logger = logging.getLogger(__name__)
 
 NAME_LABEL = "trainjob.dev/name"
 CHILD_KINDS = ("Pod", "Service", "ConfigMap", "ServiceAccount", "Role", "RoleBinding")
-#: status keys the operator owns; the driver owns progress, checkpoints and validations.
-OPERATOR_STATUS_KEYS = (
-    "phase",
-    "conditions",
-    "observedGeneration",
-    "startTime",
-    "completionTime",
-    "restarts",
-    "workers",
-    "validationPool",
-    "message",
-)
-
 #: Longest Event message posted (the API server keeps it; kubectl describe shows it).
 EVENT_MESSAGE_LIMIT = 2048
-
-#: (job, uid, attempt, validation replicas) -> desired child manifests.
-Renderer = Callable[[TrainJob, str, int, int], list[dict[str, Any]]]
 
 
 def _now() -> dt.datetime:
@@ -94,41 +83,35 @@ def post_event(client: KubeClient, obj: dict[str, Any], event: Event, now: dt.da
         logger.warning("could not post event %s: %s", event.reason, exc)
 
 
-def _invalid(client: KubeClient, obj: dict[str, Any], message: str, now: dt.datetime) -> Plan:
-    """Fail a TrainJob whose spec cannot be turned into children (no retry can fix it)."""
+def execute_plan(client: KubeClient, obj: dict[str, Any], plan: Plan, now: dt.datetime) -> None:
+    """Carry out ``plan`` for the TrainJob ``obj``: deletes, creates, one status write (or the
+    TrainJob's deletion), the annotation patch, the Events."""
     meta = obj["metadata"]
-    status = dict(obj.get("status") or {})
-    message = message[:2000]
-    if status.get("phase") != "Failed":
-        status["phase"] = "Failed"
-        status["message"] = message
-        status["completionTime"] = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-        set_condition(status, "Failed", True, "InvalidSpec", message, meta.get("generation"), now)
-        client.patch(
-            "TrainJob",
-            meta["namespace"],
-            meta["name"],
-            {"status": {k: status[k] for k in OPERATOR_STATUS_KEYS if k in status}},
-            subresource="status",
-        )
-        post_event(client, obj, Event("Warning", "InvalidSpec", message), now)
-    return Plan(status=status)
-
-
-def invalid_child_message(manifest: dict[str, Any], body: dict[str, Any]) -> str:
-    """What the API server said about a child it rejected (422 Invalid), field by field.
-
-    ``body`` is the Status object of the answer: its ``details.causes`` name each field
-    (``spec.tolerations[0].value: Invalid value...``); ``message`` is the fallback.
-    """
-    what = f"{manifest.get('kind')} {manifest['metadata']['name']}"
-    causes = (body.get("details") or {}).get("causes") or []
-    errors = [
-        f"{c['field']}: {c.get('message', '')}" if c.get("field") else str(c.get("message", ""))
-        for c in causes
-    ]
-    detail = "; ".join(e for e in errors if e) or str(body.get("message") or "invalid")
-    return f"the API server rejected {what}: {detail}"
+    namespace, name = meta["namespace"], meta["name"]
+    for kind, child in plan.delete:
+        client.delete(kind, namespace, child)
+    for manifest in plan.create:
+        try:
+            client.create(manifest, namespace)  # 409 (already exists) is success
+        except ApiError as exc:
+            if exc.status != 422:
+                raise
+            # Invalid: the plan fails the job (once; the next reconcile, phase Failed,
+            # deletes what was created) and nothing more is created.
+            plan.fail_rejected_child(manifest, exc.body, now)
+            break
+    if plan.delete_trainjob:
+        client.delete("TrainJob", namespace, name)
+    else:
+        patch = plan.status_patch()
+        if patch is not None:
+            client.patch("TrainJob", namespace, name, {"status": patch}, subresource="status")
+        if plan.annotations:
+            client.patch(
+                "TrainJob", namespace, name, {"metadata": {"annotations": plan.annotations}}
+            )
+    for event in plan.events:
+        post_event(client, obj, event, now)
 
 
 def reconcile_trainjob(
@@ -139,52 +122,36 @@ def reconcile_trainjob(
     obj = client.get("TrainJob", namespace, name)
     if obj is None or obj["metadata"].get("deletionTimestamp"):
         return None  # gone: owner references let the garbage collector delete the children
+    meta = obj["metadata"]
+    status = dict(obj.get("status") or {})
+    generation = meta.get("generation")
     try:
         job = parse_trainjob(obj)
     except ManifestError as exc:
-        return _invalid(client, obj, "; ".join(e.format() for e in exc.errors), now)
-    meta = obj["metadata"]
-    status = dict(obj.get("status") or {})
-    annotations = dict(meta.get("annotations") or {})
-    replicas, stamp = validation_replicas(job, status, annotations, now)
-    attempt = int(status.get("restarts", 0))
-    try:
-        desired = render(job, meta["uid"], attempt, replicas)
-    except ValueError as exc:  # e.g. spec.podTemplate.<key>: unknown key
-        return _invalid(client, obj, str(exc), now)
-    observed = read_children(client, namespace, name)
-    plan = plan_reconcile(job, status, observed, desired, now, generation=meta.get("generation"))
-    scale_down_in = validation_scale_down_in(job, status, annotations, now)
-    if scale_down_in is not None:
-        plan.requeue_at_most(scale_down_in + 1.0)
-
-    for kind, child in plan.delete:
-        client.delete(kind, namespace, child)
-    for manifest in plan.create:
-        try:
-            client.create(manifest, namespace)  # 409 (already exists) is success
-        except ApiError as exc:
-            if exc.status != 422:
-                raise
-            # Invalid: the same spec renders the same child, so no retry can succeed. Fail
-            # the job once (the next reconcile, phase Failed, deletes what was created).
-            message = invalid_child_message(manifest, exc.body)
-            mark_failed(plan, "InvalidChild", message, meta.get("generation"), now)
-            break
-    if plan.delete_trainjob:
-        client.delete("TrainJob", namespace, name)
+        message = "; ".join(e.format() for e in exc.errors)
+        plan = plan_invalid_spec(status, message, generation, now)
     else:
-        patch = {k: plan.status[k] for k in OPERATOR_STATUS_KEYS if k in plan.status}
-        current = {k: status[k] for k in OPERATOR_STATUS_KEYS if k in status}
-        if patch != current:
-            client.patch("TrainJob", namespace, name, {"status": patch}, subresource="status")
-        if stamp and stamp != annotations.get(LAST_DEMAND_ANNOTATION):
-            client.patch(
-                "TrainJob",
-                namespace,
-                name,
-                {"metadata": {"annotations": {LAST_DEMAND_ANNOTATION: stamp}}},
-            )
-    for event in plan.events:
-        post_event(client, obj, event, now)
+        plan = plan_trainjob(
+            job,
+            meta["uid"],
+            status,
+            dict(meta.get("annotations") or {}),
+            read_children(client, namespace, name),
+            render,
+            now,
+            generation=generation,
+        )
+    execute_plan(client, obj, plan, now)
     return plan
+
+
+__all__ = [
+    "NAME_LABEL",
+    "OPERATOR_STATUS_KEYS",
+    "Renderer",
+    "execute_plan",
+    "invalid_child_message",
+    "post_event",
+    "read_children",
+    "reconcile_trainjob",
+]

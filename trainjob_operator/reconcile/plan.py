@@ -1,67 +1,218 @@
-"""Pure reconcile planning: (TrainJob, observed children, desired children, now) -> Plan.
+"""Pure reconcile planning: (TrainJob, status, children, now) -> :class:`Plan`.
 
 Nothing here does I/O. The operator reads the TrainJob and its children, calls
-:func:`plan_reconcile`, and applies the returned creates, deletes, status and
-events. Every decision is derived from what exists now (level-based), so a
-restarted operator makes the same decisions and never duplicates children.
+:func:`plan_trainjob` and executes the returned :class:`Plan`
+(:mod:`trainjob_operator.reconcile.apply`). Every decision is derived from what exists now
+(level-based), so a restarted operator makes the same decisions and never duplicates children.
 
-Phases (``status.phase``): Pending -> Starting -> Running -> Succeeded | Failed,
-with Restarting (whole-cluster restart after a head or driver failure, up to
-``spec.failure.maxRestarts``) and Suspended (``spec.suspend``). The driver
-owns ``progress``, checkpoints and ``validations``; the operator owns phase,
-conditions, workers, restarts, times and message.
+The state machine (``status.phase``, :class:`~trainjob_operator.api.models.Phase`)::
+
+    Pending -> Starting -> Running -> Succeeded | Failed
+    Pending, Starting, Running, Restarting -> Restarting   (head or driver failed; maxRestarts)
+    Restarting -> Starting                                  (the next attempt's pods)
+    Pending, Starting, Running, Restarting -> Suspended -> Pending   (spec.suspend)
+    Pending, Starting, Running, Restarting -> Failed        (deadlines, invalid input or child)
+
+Structure, after KubeRay's ``rayjob_controller.go``:
+
+- :func:`plan_trainjob` is one reconcile's whole decision: the validation pool size
+  (:func:`plan_validation_pool`), the children rendered for it, :func:`plan_reconcile`, and
+  the pool's annotation and callback. A spec that cannot be parsed or rendered fails the job
+  (:func:`plan_invalid_spec`).
+- :func:`plan_reconcile` copies the status into a typed working status
+  (:class:`~trainjob_operator.api.models.TrainJobStatus`, held by the :class:`Plan`) and
+  dispatches on its phase to one function per phase (:data:`PHASE_HANDLERS`). Each is a
+  sequence of small ``check_..._if_needed`` steps that look at one thing (the TTL, suspend,
+  the driver, the head, lost pods, deadlines, failed workers, changed pods, the validation
+  pool) and update the status and the plan if needed; a step that ends the reconcile (a
+  failure, a restart, suspending) returns True.
+- The :class:`Plan` holds every decision: children to create and delete, the new status
+  (written once, and only when the operator's keys changed: :meth:`Plan.status_patch`),
+  annotations to patch, Events, deleting the TrainJob and when to be called back. The apply
+  layer only executes it; what it reports back (a child the API server rejected) the plan
+  turns into a failure itself (:meth:`Plan.fail_rejected_child`).
+
+The driver owns ``progress``, checkpoints, ``validations`` and ``workerFailures``; the
+operator owns the keys in :data:`OPERATOR_STATUS_KEYS`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
-from trainjob_operator.api.models import TrainJob
+from pydantic import ValidationError
+
+from trainjob_operator.api.models import (
+    ConditionType,
+    Phase,
+    Reason,
+    TrainJob,
+    TrainJobStatus,
+    ValidationPoolStatus,
+    WorkersStatus,
+)
 
 ROLE_LABEL = "trainjob.dev/role"
 ATTEMPT_LABEL = "trainjob.dev/attempt"
-CLUSTER_ROLES = ("head", "worker", "validation")
 LAST_DEMAND_ANNOTATION = "trainjob.dev/validation-last-demand"
 SPEC_HASH_ANNOTATION = "trainjob.dev/spec-hash"
 
-CONDITION_TYPES = ("Created", "Running", "Suspended", "Restarting", "Succeeded", "Failed")
+#: status keys the operator owns (and writes); the driver owns the others (progress,
+#: checkpoints, validations, workerFailures).
+OPERATOR_STATUS_KEYS = (
+    "phase",
+    "conditions",
+    "observedGeneration",
+    "startTime",
+    "completionTime",
+    "restarts",
+    "workers",
+    "validationPool",
+    "message",
+)
 
 #: The driver's exit status for invalid input (its own validation of the TrainJob failed):
 #: no restart can fix it, so the job fails at once (``trainjob_operator.driver_main``).
 INVALID_INPUT_EXIT_CODE = 2
 #: How much of a container's termination message goes into conditions and Events.
 TERMINATION_MESSAGE_LIMIT = 1024
+#: Longest message of a spec that cannot be parsed or rendered (``InvalidSpec``).
+INVALID_SPEC_MESSAGE_LIMIT = 2000
+
+#: (job, uid, attempt, validation replicas) -> desired child manifests (pure).
+Renderer = Callable[[TrainJob, str, int, int], list[dict[str, Any]]]
+#: A TrainJob status: the typed model, or its camelCase dict as read from the API.
+StatusInput = TrainJobStatus | Mapping[str, Any]
+
+
+class PodPhase(StrEnum):
+    """``status.phase`` of a Kubernetes Pod."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    UNKNOWN = "Unknown"
+
+
+class EventType(StrEnum):
+    """``type`` of a Kubernetes Event."""
+
+    NORMAL = "Normal"
+    WARNING = "Warning"
 
 
 @dataclass
 class Event:
     """A Kubernetes Event to post on the TrainJob."""
 
-    type: str  # Normal | Warning
-    reason: str
+    type: str  # EventType
+    reason: str  # Reason
     message: str
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+def _status_dict(status: TrainJobStatus) -> dict[str, Any]:
+    """camelCase dict of the status: the keys read, plus every key set while planning."""
+    return status.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+def _operator_keys(status: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: status[k] for k in OPERATOR_STATUS_KEYS if k in status}
 
 
 @dataclass
 class Plan:
-    """What the operator should do now."""
+    """What the operator should do now: every decision of one reconcile."""
 
-    status: dict[str, Any]
+    #: the TrainJob's status after this reconcile (typed; :attr:`status` is its dict form).
+    new_status: TrainJobStatus
+    #: the operator-owned status keys as read (what :meth:`status_patch` compares with).
+    observed_status: dict[str, Any] = field(default_factory=dict)
     create: list[dict[str, Any]] = field(default_factory=list)
     delete: list[tuple[str, str]] = field(default_factory=list)  # (kind, name)
     events: list[Event] = field(default_factory=list)
+    #: merged into the TrainJob's ``metadata.annotations`` (empty: no annotation patch).
+    annotations: dict[str, str] = field(default_factory=dict)
     delete_trainjob: bool = False
     #: seconds after which the operator should reconcile again even if nothing changes (a
     #: deadline, the TTL, a pod being replaced); None: only on changes and periodic resync.
     requeue_after: float | None = None
+
+    @property
+    def status(self) -> dict[str, Any]:
+        """The new status as a camelCase dict: the keys read plus those set while planning
+        (a key set to None, e.g. ``startTime`` while suspended, is removed by a merge patch)."""
+        return _status_dict(self.new_status)
+
+    def status_patch(self) -> dict[str, Any] | None:
+        """The operator-owned status keys to write, or None when they did not change."""
+        patch = _operator_keys(self.status)
+        return None if patch == self.observed_status else patch
 
     def requeue_at_most(self, seconds: float) -> None:
         """Ask to be reconciled again within ``seconds`` (the earliest request wins)."""
         seconds = max(0.0, seconds)
         if self.requeue_after is None or seconds < self.requeue_after:
             self.requeue_after = seconds
+
+    def fail(self, reason: str, message: str, generation: int | None, now: dt.datetime) -> None:
+        """Make this plan a terminal failure: phase Failed, completionTime, conditions, an
+        Event (only when the job was not Failed already).
+
+        Only the status and events change; the next reconcile (phase Failed) tears the pods
+        down (keeping the driver per ``spec.keepDriverPod``).
+        """
+        status = self.new_status
+        if status.phase != Phase.FAILED:
+            self.events.append(Event(EventType.WARNING, reason, message))
+        status.phase = Phase.FAILED
+        status.message = message
+        status.completion_time = _seconds(now)
+        status.set_condition(ConditionType.FAILED, True, reason, message, generation, now)
+        status.set_condition(ConditionType.RUNNING, False, reason, message, generation, now)
+
+    def fail_rejected_child(
+        self, manifest: dict[str, Any], body: dict[str, Any], now: dt.datetime
+    ) -> None:
+        """The API server rejected ``manifest`` as invalid (422, Status ``body``): the same
+        spec renders the same child, so no retry can succeed; fail the job (``InvalidChild``)."""
+        self.fail(
+            Reason.INVALID_CHILD,
+            invalid_child_message(manifest, body),
+            self.new_status.observed_generation,
+            now,
+        )
+
+
+def invalid_child_message(manifest: dict[str, Any], body: dict[str, Any]) -> str:
+    """What the API server said about a child it rejected (422 Invalid), field by field.
+
+    ``body`` is the Status object of the answer: its ``details.causes`` name each field
+    (``spec.tolerations[0].value: Invalid value...``); ``message`` is the fallback.
+    """
+    what = f"{manifest.get('kind')} {manifest['metadata']['name']}"
+    causes = (body.get("details") or {}).get("causes") or []
+    errors = [
+        f"{c['field']}: {c.get('message', '')}" if c.get("field") else str(c.get("message", ""))
+        for c in causes
+    ]
+    detail = "; ".join(e for e in errors if e) or str(body.get("message") or "invalid")
+    return f"the API server rejected {what}: {detail}"
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def _seconds(now: dt.datetime) -> dt.datetime:
+    """``now`` in UTC, whole seconds (as status times are written)."""
+    return now.astimezone(dt.UTC).replace(microsecond=0)
 
 
 def _ts(now: dt.datetime) -> str:
@@ -76,17 +227,35 @@ def _parse_ts(value: Any) -> dt.datetime | None:
     return dt.datetime.strptime(str(value), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
 
 
+def _read_status(status: StatusInput | None) -> TrainJobStatus:
+    """``status`` typed, to read (the model itself when given one)."""
+    if isinstance(status, TrainJobStatus):
+        return status
+    return TrainJobStatus.model_validate(dict(status or {}))
+
+
+def _as_status(status: StatusInput | None) -> TrainJobStatus:
+    """A private, typed copy of ``status`` (its set fields are the keys it had)."""
+    if isinstance(status, TrainJobStatus):
+        return status.model_copy(deep=True)
+    return TrainJobStatus.model_validate(dict(status or {}))
+
+
 def pod_phase(pod: dict[str, Any]) -> str:
     """``status.phase`` of a pod (Pending when unset)."""
-    return str((pod.get("status") or {}).get("phase") or "Pending")
+    return str((pod.get("status") or {}).get("phase") or PodPhase.PENDING)
 
 
 def pod_ready(pod: dict[str, Any]) -> bool:
     """Running with the Ready condition True."""
-    if pod_phase(pod) != "Running":
+    if pod_phase(pod) != PodPhase.RUNNING:
         return False
     conditions = (pod.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _pod_done(pod: dict[str, Any]) -> bool:
+    return pod_phase(pod) in (PodPhase.FAILED, PodPhase.SUCCEEDED)
 
 
 def _role(obj: dict[str, Any]) -> str | None:
@@ -109,6 +278,10 @@ def _spec_hash(obj: dict[str, Any]) -> str | None:
 
 def _name(obj: dict[str, Any]) -> str:
     return str(obj["metadata"]["name"])
+
+
+def _terminating(obj: dict[str, Any]) -> bool:
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
 
 
 @dataclass(frozen=True)
@@ -179,70 +352,24 @@ def keep_driver_pod(policy: str, phase: str) -> bool:
     if policy == "Always":
         return True
     if policy == "OnFailure":
-        return phase == "Failed"
+        return phase == Phase.FAILED
     return False
 
 
-def _condition_true(status: dict[str, Any], type_: str) -> bool:
-    return any(
-        c.get("type") == type_ and c.get("status") == "True" for c in status.get("conditions", [])
-    )
+# --------------------------------------------------------------------------- validation pool
 
 
-def mark_failed(
-    plan: Plan, reason: str, message: str, generation: int | None, now: dt.datetime
-) -> Plan:
-    """Make ``plan`` a terminal failure: phase Failed, completionTime, conditions, one Event.
-
-    Only the status and events change; the next reconcile (phase Failed) tears the pods down
-    (keeping the driver per ``spec.keepDriverPod``). Used by the planner and by the apply layer
-    (a child the API server rejects).
-    """
-    status = plan.status
-    if status.get("phase") != "Failed":
-        plan.events.append(Event("Warning", reason, message))
-    status["phase"] = "Failed"
-    status["message"] = message
-    status["completionTime"] = _ts(now)
-    set_condition(status, "Failed", True, reason, message, generation, now)
-    set_condition(status, "Running", False, reason, message, generation, now)
-    return plan
+def _validation_demand(status: TrainJobStatus) -> int:
+    counts = status.validations
+    return (counts.pending + counts.running) if counts is not None else 0
 
 
-def set_condition(
-    status: dict[str, Any],
-    type_: str,
-    true: bool,
-    reason: str,
-    message: str,
-    generation: int | None,
-    now: dt.datetime,
-) -> None:
-    """Set one metav1.Condition; ``lastTransitionTime`` changes only when the status does."""
-    conditions: list[dict[str, Any]] = status.setdefault("conditions", [])
-    value = "True" if true else "False"
-    for cond in conditions:
-        if cond["type"] == type_:
-            if cond["status"] != value:
-                cond["lastTransitionTime"] = _ts(now)
-            cond.update(status=value, reason=reason, message=message)
-            if generation is not None:
-                cond["observedGeneration"] = generation
-            return
-    cond = {
-        "type": type_,
-        "status": value,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": _ts(now),
-    }
-    if generation is not None:
-        cond["observedGeneration"] = generation
-    conditions.append(cond)
+def _pool_replicas(status: TrainJobStatus) -> int:
+    return status.validation_pool.replicas if status.validation_pool is not None else 0
 
 
 def validation_replicas(
-    job: TrainJob, status: dict[str, Any], annotations: dict[str, str], now: dt.datetime
+    job: TrainJob, status: StatusInput, annotations: Mapping[str, str], now: dt.datetime
 ) -> tuple[int, str | None]:
     """Validation pool size from the driver's demand, and the new last-demand timestamp.
 
@@ -255,16 +382,16 @@ def validation_replicas(
     - after ``pool.idleSeconds`` without demand, go to ``pool.minReplicas``.
 
     The pool never exceeds ``maxReplicas`` (a lowered ``maxReplicas`` applies at once) and is
-    never below ``minReplicas``. The timestamp is stored in the TrainJob's
-    ``trainjob.dev/validation-last-demand`` annotation by the caller.
+    never below ``minReplicas``. The timestamp is kept in the TrainJob's
+    ``trainjob.dev/validation-last-demand`` annotation (:func:`check_validation_pool_if_needed`).
     """
     validation = job.spec.validation
     if validation is None:
         return 0, None
+    typed = _read_status(status)
     pool = validation.pool
-    counts = status.get("validations") or {}
-    demand = int(counts.get("pending") or 0) + int(counts.get("running") or 0)
-    current = int((status.get("validationPool") or {}).get("replicas") or 0)
+    demand = _validation_demand(typed)
+    current = _pool_replicas(typed)
     last = _parse_ts(annotations.get(LAST_DEMAND_ANNOTATION))
     wanted = min(pool.max_replicas, validation.max_concurrent, demand)
 
@@ -280,26 +407,472 @@ def validation_replicas(
 
 
 def validation_scale_down_in(
-    job: TrainJob, status: dict[str, Any], annotations: dict[str, str], now: dt.datetime
+    job: TrainJob, status: StatusInput, annotations: Mapping[str, str], now: dt.datetime
 ) -> float | None:
     """Seconds until :func:`validation_replicas` would shrink an idle pool to
     ``pool.minReplicas`` (None when no scale-down is waiting)."""
     validation = job.spec.validation
     if validation is None:
         return None
-    counts = status.get("validations") or {}
-    if int(counts.get("pending") or 0) + int(counts.get("running") or 0) > 0:
+    typed = _read_status(status)
+    if _validation_demand(typed) > 0:
         return None
-    current = int((status.get("validationPool") or {}).get("replicas") or 0)
     last = _parse_ts(annotations.get(LAST_DEMAND_ANNOTATION))
-    if current <= validation.pool.min_replicas or last is None:
+    if _pool_replicas(typed) <= validation.pool.min_replicas or last is None:
         return None
     return max(0.0, validation.pool.idle_seconds - (now - last).total_seconds())
 
 
+@dataclass(frozen=True)
+class PoolSize:
+    """The validation pool decision of one reconcile (:func:`plan_validation_pool`)."""
+
+    #: validation pods to render.
+    replicas: int
+    #: the ``trainjob.dev/validation-last-demand`` annotation's new value (None: leave it).
+    last_demand: str | None
+    #: seconds until an idle pool shrinks to ``minReplicas`` (None: none waiting).
+    scale_down_in: float | None
+
+
+def plan_validation_pool(
+    job: TrainJob, status: StatusInput, annotations: Mapping[str, str], now: dt.datetime
+) -> PoolSize:
+    """Size the validation pool (:func:`validation_replicas`) and say when it shrinks next."""
+    typed = _read_status(status)
+    replicas, stamp = validation_replicas(job, typed, annotations, now)
+    return PoolSize(replicas, stamp, validation_scale_down_in(job, typed, annotations, now))
+
+
+def check_validation_pool_if_needed(
+    plan: Plan, pool: PoolSize, annotations: Mapping[str, str]
+) -> None:
+    """Store a new last-demand time in the annotation, and be called back when an idle pool
+    is due to shrink."""
+    if pool.scale_down_in is not None:
+        plan.requeue_at_most(pool.scale_down_in + 1.0)
+    if pool.last_demand and pool.last_demand != annotations.get(LAST_DEMAND_ANNOTATION):
+        plan.annotations[LAST_DEMAND_ANNOTATION] = pool.last_demand
+
+
+# --------------------------------------------------------------------------- one reconcile
+
+
+@dataclass
+class Reconcile:
+    """One reconcile in the making: its inputs, and the plan the steps fill in.
+
+    ``attempt`` is ``status.restarts`` as read: pods labelled with another attempt are stale
+    (:attr:`stale_pods`); the others are this attempt's (:attr:`current_pods`).
+    """
+
+    job: TrainJob
+    observed: list[dict[str, Any]]
+    desired: list[dict[str, Any]]
+    now: dt.datetime
+    generation: int | None
+    plan: Plan
+    attempt: int = field(init=False)
+    pods: list[dict[str, Any]] = field(init=False)
+    stale_pods: list[dict[str, Any]] = field(init=False)
+    current_pods: list[dict[str, Any]] = field(init=False)
+    by_role: dict[str, list[dict[str, Any]]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.attempt = self.status.restarts
+        self.pods = [o for o in self.observed if o.get("kind") == "Pod"]
+        self.stale_pods = [
+            p for p in self.pods if _attempt(p) is not None and _attempt(p) != self.attempt
+        ]
+        self.current_pods = [p for p in self.pods if p not in self.stale_pods]
+        self.by_role = {}
+        for pod in self.current_pods:
+            self.by_role.setdefault(_role(pod) or "", []).append(pod)
+
+    @classmethod
+    def start(
+        cls,
+        job: TrainJob,
+        status: StatusInput | None,
+        observed: list[dict[str, Any]],
+        desired: list[dict[str, Any]],
+        now: dt.datetime,
+        generation: int | None = None,
+    ) -> Reconcile:
+        """The working state for planning ``job``: a plan on a typed copy of ``status``, with
+        ``observedGeneration`` and ``restarts`` set (both are always written)."""
+        new = _as_status(status)
+        plan = Plan(new_status=new, observed_status=_operator_keys(_status_dict(new)))
+        new.restarts = new.restarts  # 0 for a new job
+        new.observed_generation = generation
+        return cls(job, observed, desired, now, generation, plan)
+
+    @property
+    def status(self) -> TrainJobStatus:
+        """The working status (the plan's new status)."""
+        return self.plan.new_status
+
+    @property
+    def phase(self) -> Phase:
+        """The working phase (Pending for a new job)."""
+        return self.status.phase or Phase.PENDING
+
+    # -- building blocks of the steps -------------------------------------------------------
+
+    def set_phase(
+        self, to: Phase, reason: str, message: str, event_type: str = EventType.NORMAL
+    ) -> None:
+        """Move to phase ``to`` with ``message``; an Event when the phase changes."""
+        if self.status.phase != to:
+            self.plan.events.append(Event(event_type, reason, message))
+        self.status.phase = to
+        self.status.message = message
+
+    def set_condition(self, type_: str, true: bool, reason: str, message: str) -> None:
+        """Set one condition of the working status."""
+        self.status.set_condition(type_, true, reason, message, self.generation, self.now)
+
+    def delete_pods(self, keep_driver: bool) -> None:
+        """Delete the job's pods (those not already terminating), optionally not the driver."""
+        for pod in self.pods:
+            if keep_driver and _role(pod) == "driver":
+                continue
+            if _terminating(pod):
+                continue
+            self.plan.delete.append(("Pod", _name(pod)))
+
+    def fail(self, reason: str, message: str) -> bool:
+        """Fail the job now and tear its pods down (the driver per ``spec.keepDriverPod``)."""
+        self.plan.fail(reason, message, self.generation, self.now)
+        self.delete_pods(keep_driver=keep_driver_pod(self.job.spec.keep_driver_pod, Phase.FAILED))
+        return True
+
+    def restart(self, reason: str, message: str) -> bool:
+        """Restart the whole cluster from the latest checkpoint (the next attempt), or fail
+        when ``failure.maxRestarts`` is used up."""
+        max_restarts = self.job.spec.failure.max_restarts
+        if self.attempt >= max_restarts:
+            return self.fail(reason, f"{message}; maxRestarts={max_restarts} exhausted")
+        self.status.restarts = self.attempt + 1
+        message = (
+            f"{message}; restart {self.attempt + 1} of {max_restarts} from the latest checkpoint"
+        )
+        self.set_phase(Phase.RESTARTING, reason, message, EventType.WARNING)
+        self.set_condition(ConditionType.RESTARTING, True, reason, message)
+        self.delete_pods(keep_driver=False)
+        self.plan.requeue_at_most(1.0)
+        return True
+
+    def deleting(self, name: str) -> bool:
+        """Whether this plan already deletes pod ``name``."""
+        return ("Pod", name) in self.plan.delete
+
+
+# --------------------------------------------------------------------------- the steps
+
+
+def check_created_if_needed(r: Reconcile) -> None:
+    """A TrainJob seen for the first time gets the Created condition and Event."""
+    if r.status.condition(ConditionType.CREATED) is None:
+        r.set_condition(ConditionType.CREATED, True, Reason.CREATED, "TrainJob accepted")
+        r.plan.events.append(Event(EventType.NORMAL, Reason.CREATED, "TrainJob accepted"))
+
+
+def check_ttl_if_needed(r: Reconcile) -> None:
+    """A finished job is deleted ``ttlSecondsAfterFinished`` after its completionTime;
+    until then the plan asks to be called back when it is due."""
+    ttl = r.job.spec.ttl_seconds_after_finished
+    done_at = r.status.completion_time
+    if ttl is None or done_at is None:
+        return
+    remaining = (done_at + dt.timedelta(seconds=ttl) - r.now).total_seconds()
+    if remaining <= 0:
+        r.plan.delete_trainjob = True
+        r.plan.events.append(
+            Event(EventType.NORMAL, Reason.TTL_EXPIRED, f"deleted {ttl}s after finishing")
+        )
+    else:
+        r.plan.requeue_at_most(remaining)
+
+
+def check_suspend_if_needed(r: Reconcile) -> bool:
+    """``spec.suspend``: tear the cluster down (checkpoints are kept) and be Suspended."""
+    if not r.job.spec.suspend:
+        return False
+    r.delete_pods(keep_driver=False)
+    r.set_phase(Phase.SUSPENDED, Reason.SUSPENDED, "suspended: cluster torn down, checkpoints kept")
+    r.set_condition(ConditionType.SUSPENDED, True, Reason.SUSPENDED, "spec.suspend is true")
+    r.set_condition(ConditionType.RUNNING, False, Reason.SUSPENDED, "suspended")
+    r.status.workers = WorkersStatus(ready=0, desired=0)
+    if r.status.start_time:
+        # Suspended time does not count towards activeDeadlineSeconds: startTime is set
+        # again when the resumed job's pods are created (Kubernetes Job semantics).
+        r.status.start_time = None
+    return True
+
+
+def resume(r: Reconcile) -> None:
+    """``spec.suspend`` turned false: back to Pending, the cluster is created again."""
+    r.set_condition(ConditionType.SUSPENDED, False, Reason.RESUMED, "spec.suspend is false")
+    r.set_phase(
+        Phase.PENDING, Reason.RESUMED, "resumed: recreating the cluster from the latest checkpoint"
+    )
+
+
+def check_stale_pods_if_needed(r: Reconcile) -> None:
+    """Pods of an earlier attempt (before a whole-cluster restart) are deleted."""
+    for pod in r.stale_pods:
+        if not _terminating(pod):
+            r.plan.delete.append(("Pod", _name(pod)))
+
+
+def check_driver_if_needed(r: Reconcile) -> bool:
+    """The driver decides: it succeeded (the job succeeded), it exited with the invalid-input
+    status (the job fails at once), or it failed otherwise (a whole-cluster restart)."""
+    for driver in r.by_role.get("driver", []):
+        if pod_phase(driver) == PodPhase.SUCCEEDED:
+            r.set_phase(Phase.SUCCEEDED, Reason.SUCCEEDED, "training finished")
+            r.status.completion_time = _seconds(r.now)
+            r.set_condition(
+                ConditionType.SUCCEEDED, True, Reason.DRIVER_SUCCEEDED, "training finished"
+            )
+            r.set_condition(ConditionType.RUNNING, False, Reason.SUCCEEDED, "training finished")
+            r.delete_pods(keep_driver=keep_driver_pod(r.job.spec.keep_driver_pod, Phase.SUCCEEDED))
+            return True
+        if pod_phase(driver) == PodPhase.FAILED:
+            term = container_termination(driver, "driver")
+            if term is not None and term.exit_code == INVALID_INPUT_EXIT_CODE:
+                # The driver's own validation of the TrainJob failed: a restart runs the same
+                # input again, so fail at once with what the driver said.
+                return r.fail(Reason.INVALID_INPUT, f"driver {_pod_ended(driver, 'driver')}")
+            return r.restart(Reason.DRIVER_FAILED, f"driver {_pod_ended(driver, 'driver')}")
+    return False
+
+
+def check_head_if_needed(r: Reconcile) -> bool:
+    """A Ray head that ended restarts the whole cluster."""
+    for head in r.by_role.get("head", []):
+        if _pod_done(head):
+            return r.restart(Reason.HEAD_FAILED, f"Ray head {_pod_ended(head)}")
+    return False
+
+
+def check_lost_pods_if_needed(r: Reconcile) -> bool:
+    """A Running job whose head or driver pod disappeared restarts the whole cluster."""
+    if not r.by_role.get("head") or not r.by_role.get("driver"):
+        return r.restart(Reason.HEAD_OR_DRIVER_LOST, "the Ray head or driver pod disappeared")
+    return False
+
+
+def _seconds_since_start(r: Reconcile) -> float | None:
+    started = r.status.start_time
+    return (r.now - started).total_seconds() if started is not None else None
+
+
+def check_deadlines_if_needed(r: Reconcile) -> bool:
+    """``activeDeadlineSeconds`` and ``startupDeadlineSeconds`` fail the job when passed.
+
+    ``startTime``: when this run's pods were first created (reset by suspend/resume), as for
+    a Kubernetes Job; both deadlines count from it, so a job stuck in Starting hits them too.
+    The startup deadline no longer applies once the job has been Running.
+    """
+    failure = r.job.spec.failure
+    elapsed = _seconds_since_start(r)
+    if elapsed is None:
+        return False
+    active = failure.active_deadline_seconds
+    if active is not None and elapsed > active:
+        return r.fail(Reason.DEADLINE_EXCEEDED, f"activeDeadlineSeconds={active} exceeded")
+    startup = failure.startup_deadline_seconds
+    if (
+        startup is not None
+        and not r.status.condition_true(ConditionType.RUNNING)
+        and elapsed > startup
+    ):
+        return r.fail(
+            Reason.STARTUP_DEADLINE_EXCEEDED,
+            f"not Running within startupDeadlineSeconds={startup}",
+        )
+    return False
+
+
+def check_removed_pods_if_needed(r: Reconcile) -> None:
+    """Pods of this attempt that are no longer desired (e.g. the validation pool scaled
+    down) are deleted."""
+    desired_pods = {_name(d) for d in r.desired if d.get("kind") == "Pod"}
+    for pod in r.current_pods:
+        if _name(pod) not in desired_pods:
+            r.plan.delete.append(("Pod", _name(pod)))
+
+
+def check_worker_replacement_if_needed(r: Reconcile) -> None:
+    """A worker or validation pod that ended is deleted, to be recreated under the same name
+    (the runtime restarts the worker group from the latest checkpoint)."""
+    for pod in r.current_pods:
+        if _role(pod) in ("worker", "validation") and _pod_done(pod):
+            r.plan.delete.append(("Pod", _name(pod)))
+            r.plan.events.append(
+                Event(
+                    EventType.WARNING, Reason.WORKER_POD_LOST, f"{_pod_ended(pod)}; recreating it"
+                )
+            )
+
+
+def check_spec_changes_if_needed(r: Reconcile) -> None:
+    """A pod whose rendered spec changed (image, resources, env... : its spec-hash annotation
+    differs) is replaced; the runtime resumes the workers from the latest checkpoint."""
+    desired_hash = {_name(d): _spec_hash(d) for d in r.desired if d.get("kind") == "Pod"}
+    for pod in r.current_pods:
+        want = desired_hash.get(_name(pod))
+        if want is not None and _spec_hash(pod) not in (None, want) and not r.deleting(_name(pod)):
+            r.plan.delete.append(("Pod", _name(pod)))
+            r.plan.events.append(
+                Event(
+                    EventType.NORMAL,
+                    Reason.SPEC_CHANGED,
+                    f"pod {_name(pod)} replaced to apply the new spec",
+                )
+            )
+
+
+def create_missing_children(r: Reconcile) -> None:
+    """Create every desired child that does not exist; a pod being deleted now is created
+    by a later reconcile (called back within a second)."""
+    existing = {(str(o.get("kind")), _name(o)) for o in r.observed}
+    for obj in r.desired:
+        key = (str(obj.get("kind")), _name(obj))
+        if key not in existing:
+            r.plan.create.append(obj)
+        elif key[0] == "Pod" and r.deleting(key[1]):
+            r.plan.requeue_at_most(1.0)  # recreated once the old pod is gone
+
+
+def check_start_time_if_needed(r: Reconcile) -> None:
+    """``startTime`` is set when the pods of this run are first created."""
+    if not r.status.start_time and any(d.get("kind") == "Pod" for d in r.desired):
+        r.status.start_time = _seconds(r.now)
+
+
+def update_cluster_status(r: Reconcile) -> None:
+    """Workers and validation pool counts, and Running (head, every worker and the driver
+    up) or Starting; a Running job with a worker being replaced stays Running."""
+    desired_workers = sum(1 for d in r.desired if _role(d) == "worker")
+    ready_workers = sum(
+        1 for p in r.by_role.get("worker", []) if pod_ready(p) and not r.deleting(_name(p))
+    )
+    r.status.workers = WorkersStatus(ready=ready_workers, desired=desired_workers)
+    r.status.validation_pool = ValidationPoolStatus(
+        replicas=sum(1 for d in r.desired if _role(d) == "validation")
+    )
+    heads = r.by_role.get("head", [])
+    drivers = r.by_role.get("driver", [])
+    cluster_ready = (
+        bool(heads)
+        and all(pod_ready(p) for p in heads)
+        and ready_workers == desired_workers
+        and bool(drivers)
+        and pod_phase(drivers[0]) == PodPhase.RUNNING
+    )
+    workers = f"{ready_workers}/{desired_workers} workers ready"
+    if cluster_ready:
+        r.set_phase(Phase.RUNNING, Reason.RUNNING, workers)
+        r.set_condition(
+            ConditionType.RUNNING, True, Reason.CLUSTER_READY, "head, workers and driver running"
+        )
+        r.set_condition(ConditionType.RESTARTING, False, Reason.RUNNING, "running")
+    elif r.status.phase == Phase.RUNNING:
+        r.set_phase(Phase.RUNNING, Reason.RUNNING, f"{workers}; replacing lost workers")
+    else:
+        r.set_phase(Phase.STARTING, Reason.STARTING, f"waiting for pods: {workers}")
+
+
+def check_deadline_callbacks_if_needed(r: Reconcile) -> None:
+    """Be called back when a deadline would pass (the operator otherwise only resyncs)."""
+    started = r.status.start_time
+    if started is None:
+        return
+    failure = r.job.spec.failure
+    startup = failure.startup_deadline_seconds
+    if r.status.condition_true(ConditionType.RUNNING):
+        startup = None  # it applies only until the job is first Running
+    for limit in (failure.active_deadline_seconds, startup):
+        if limit is not None:
+            r.plan.requeue_at_most((started - r.now).total_seconds() + limit + 1.0)
+
+
+# --------------------------------------------------------------------------- one function per phase
+
+
+def _converge_cluster(r: Reconcile, running: bool = False) -> None:
+    """The steps of every active phase: the current attempt's cluster should exist."""
+    if check_suspend_if_needed(r):
+        return
+    check_stale_pods_if_needed(r)
+    if check_driver_if_needed(r) or check_head_if_needed(r):
+        return
+    if running and check_lost_pods_if_needed(r):
+        return
+    if check_deadlines_if_needed(r):
+        return
+    check_removed_pods_if_needed(r)
+    check_worker_replacement_if_needed(r)
+    check_spec_changes_if_needed(r)
+    create_missing_children(r)
+    check_start_time_if_needed(r)
+    update_cluster_status(r)
+    check_deadline_callbacks_if_needed(r)
+
+
+def reconcile_pending(r: Reconcile) -> None:
+    """Pending (a new or resumed job): create the cluster of the current attempt."""
+    _converge_cluster(r)
+
+
+def reconcile_starting(r: Reconcile) -> None:
+    """Starting: the pods exist or are being created; Running once all are up."""
+    _converge_cluster(r)
+
+
+def reconcile_running(r: Reconcile) -> None:
+    """Running: as Starting, and a head or driver pod that disappeared restarts the cluster."""
+    _converge_cluster(r, running=True)
+
+
+def reconcile_restarting(r: Reconcile) -> None:
+    """Restarting: the previous attempt's pods go, the next attempt's are created."""
+    _converge_cluster(r)
+
+
+def reconcile_suspended(r: Reconcile) -> None:
+    """Suspended: stay torn down while ``spec.suspend``; otherwise resume (as Pending)."""
+    if check_suspend_if_needed(r):
+        return
+    resume(r)
+    reconcile_pending(r)
+
+
+def reconcile_finished(r: Reconcile) -> None:
+    """Succeeded or Failed: tear the cluster down (keeping the driver's pod for its logs per
+    ``spec.keepDriverPod``) and honour ``ttlSecondsAfterFinished``."""
+    r.delete_pods(keep_driver=keep_driver_pod(r.job.spec.keep_driver_pod, r.phase))
+    check_ttl_if_needed(r)
+
+
+#: What a reconcile does in each phase.
+PHASE_HANDLERS: dict[Phase, Callable[[Reconcile], None]] = {
+    Phase.PENDING: reconcile_pending,
+    Phase.STARTING: reconcile_starting,
+    Phase.RUNNING: reconcile_running,
+    Phase.RESTARTING: reconcile_restarting,
+    Phase.SUSPENDED: reconcile_suspended,
+    Phase.SUCCEEDED: reconcile_finished,
+    Phase.FAILED: reconcile_finished,
+}
+
+
 def plan_reconcile(
     job: TrainJob,
-    status: dict[str, Any],
+    status: StatusInput | None,
     observed: list[dict[str, Any]],
     desired: list[dict[str, Any]],
     now: dt.datetime,
@@ -307,228 +880,57 @@ def plan_reconcile(
 ) -> Plan:
     """Decide creates, deletes, status and events for one TrainJob.
 
-    ``status``: the TrainJob's current status (dict, camelCase). ``observed``:
-    its children as read from the API. ``desired``: the children rendered for
-    the current attempt (``status.restarts``) and validation pool size.
+    ``status``: the TrainJob's current status (the model, or its camelCase dict; not
+    changed). ``observed``: its children as read from the API. ``desired``: the children
+    rendered for the current attempt (``status.restarts``) and validation pool size.
     """
-    new = {k: v for k, v in status.items()}
-    new.setdefault("restarts", 0)
-    new["observedGeneration"] = generation
-    plan = Plan(status=new)
-    spec = job.spec
-    phase = new.get("phase") or "Pending"
-    attempt = int(new["restarts"])
-    pods = [o for o in observed if o.get("kind") == "Pod"]
-    existing_keys = {(str(o.get("kind")), _name(o)) for o in observed}
+    r = Reconcile.start(job, status, observed, desired, now, generation)
+    check_created_if_needed(r)
+    PHASE_HANDLERS[r.phase](r)
+    return r.plan
 
-    def delete_pods(keep_driver: bool) -> None:
-        """Delete the job's pods (those not already terminating), optionally not the driver."""
-        for pod in pods:
-            if keep_driver and _role(pod) == "driver":
-                continue
-            if (pod.get("metadata") or {}).get("deletionTimestamp"):
-                continue
-            plan.delete.append(("Pod", _name(pod)))
 
-    def transition(to: str, reason: str, message: str, event_type: str = "Normal") -> None:
-        if new.get("phase") != to:
-            plan.events.append(Event(event_type, reason, message))
-        new["phase"] = to
-        new["message"] = message
+def plan_invalid_spec(
+    status: Mapping[str, Any] | None, message: str, generation: int | None, now: dt.datetime
+) -> Plan:
+    """Fail a TrainJob whose spec cannot be parsed or rendered (no retry can fix it):
+    ``InvalidSpec``, once (a job already Failed is left as it is); its pods are left alone."""
+    raw = dict(status or {})
+    try:
+        new = TrainJobStatus.model_validate(raw)
+    except ValidationError:  # the status itself is what does not parse: start from nothing
+        new = TrainJobStatus()
+    plan = Plan(new_status=new, observed_status=_operator_keys(raw))
+    if new.phase != Phase.FAILED:
+        message = message[:INVALID_SPEC_MESSAGE_LIMIT]
+        new.phase = Phase.FAILED
+        new.message = message
+        new.completion_time = _seconds(now)
+        new.set_condition(ConditionType.FAILED, True, Reason.INVALID_SPEC, message, generation, now)
+        plan.events.append(Event(EventType.WARNING, Reason.INVALID_SPEC, message))
+    return plan
 
-    if "Created" not in {c["type"] for c in new.get("conditions", [])}:
-        set_condition(new, "Created", True, "Created", "TrainJob accepted", generation, now)
-        plan.events.append(Event("Normal", "Created", "TrainJob accepted"))
 
-    # -- finished jobs: tear down, keep the driver's log pod, honour the TTL -----------------
-    if phase in ("Succeeded", "Failed"):
-        delete_pods(keep_driver=keep_driver_pod(spec.keep_driver_pod, phase))
-        ttl = spec.ttl_seconds_after_finished
-        done_at = _parse_ts(new.get("completionTime"))
-        if ttl is not None and done_at is not None:
-            remaining = (done_at + dt.timedelta(seconds=ttl) - now).total_seconds()
-            if remaining <= 0:
-                plan.delete_trainjob = True
-                plan.events.append(Event("Normal", "TTLExpired", f"deleted {ttl}s after finishing"))
-            else:
-                plan.requeue_at_most(remaining)
-        return plan
-
-    # -- suspend ------------------------------------------------------------------------------
-    if spec.suspend:
-        delete_pods(keep_driver=False)
-        transition("Suspended", "Suspended", "suspended: cluster torn down, checkpoints kept")
-        set_condition(new, "Suspended", True, "Suspended", "spec.suspend is true", generation, now)
-        set_condition(new, "Running", False, "Suspended", "suspended", generation, now)
-        new["workers"] = {"ready": 0, "desired": 0}
-        if new.get("startTime"):
-            # Suspended time does not count towards activeDeadlineSeconds: startTime is set
-            # again when the resumed job's pods are created (Kubernetes Job semantics).
-            new["startTime"] = None
-        return plan
-    if phase == "Suspended":
-        set_condition(new, "Suspended", False, "Resumed", "spec.suspend is false", generation, now)
-        transition(
-            "Pending", "Resumed", "resumed: recreating the cluster from the latest checkpoint"
-        )
-        phase = "Pending"
-
-    # -- stale pods of earlier attempts --------------------------------------------------------
-    stale = [p for p in pods if _attempt(p) is not None and _attempt(p) != attempt]
-    for pod in stale:
-        if not (pod.get("metadata") or {}).get("deletionTimestamp"):
-            plan.delete.append(("Pod", _name(pod)))
-    current = [p for p in pods if p not in stale]
-    by_role: dict[str, list[dict[str, Any]]] = {}
-    for pod in current:
-        by_role.setdefault(_role(pod) or "", []).append(pod)
-
-    def fail(reason: str, message: str) -> Plan:
-        mark_failed(plan, reason, message, generation, now)
-        delete_pods(keep_driver=keep_driver_pod(spec.keep_driver_pod, "Failed"))
-        return plan
-
-    def restart(reason: str, message: str) -> Plan:
-        max_restarts = spec.failure.max_restarts
-        if attempt >= max_restarts:
-            return fail(reason, f"{message}; maxRestarts={max_restarts} exhausted")
-        new["restarts"] = attempt + 1
-        message = f"{message}; restart {attempt + 1} of {max_restarts} from the latest checkpoint"
-        transition("Restarting", reason, message, "Warning")
-        set_condition(new, "Restarting", True, reason, message, generation, now)
-        delete_pods(keep_driver=False)
-        plan.requeue_at_most(1.0)
-        return plan
-
-    # -- the driver decides success ------------------------------------------------------------
-    drivers = by_role.get("driver", [])
-    for driver in drivers:
-        if pod_phase(driver) == "Succeeded":
-            transition("Succeeded", "Succeeded", "training finished")
-            new["completionTime"] = _ts(now)
-            set_condition(
-                new, "Succeeded", True, "DriverSucceeded", "training finished", generation, now
-            )
-            set_condition(new, "Running", False, "Succeeded", "training finished", generation, now)
-            delete_pods(keep_driver=keep_driver_pod(spec.keep_driver_pod, "Succeeded"))
-            return plan
-        if pod_phase(driver) == "Failed":
-            term = container_termination(driver, "driver")
-            if term is not None and term.exit_code == INVALID_INPUT_EXIT_CODE:
-                # The driver's own validation of the TrainJob failed: a restart runs the same
-                # input again, so fail at once with what the driver said.
-                return fail("InvalidInput", f"driver {_pod_ended(driver, 'driver')}")
-            return restart("DriverFailed", f"driver {_pod_ended(driver, 'driver')}")
-    for head in by_role.get("head", []):
-        if pod_phase(head) in ("Failed", "Succeeded"):
-            return restart("HeadFailed", f"Ray head {_pod_ended(head)}")
-    if phase == "Running" and (not by_role.get("head") or not drivers):
-        return restart("HeadOrDriverLost", "the Ray head or driver pod disappeared")
-
-    # -- deadlines -----------------------------------------------------------------------------
-    # startTime: when this run's pods were first created (reset by suspend/resume), as for a
-    # Kubernetes Job; both deadlines count from it, so a job stuck in Starting hits them too.
-    started = _parse_ts(new.get("startTime"))
-    if (
-        spec.failure.active_deadline_seconds is not None
-        and started is not None
-        and (now - started).total_seconds() > spec.failure.active_deadline_seconds
-    ):
-        return fail(
-            "DeadlineExceeded",
-            f"activeDeadlineSeconds={spec.failure.active_deadline_seconds} exceeded",
-        )
-    startup = spec.failure.startup_deadline_seconds
-    if (
-        startup is not None
-        and started is not None
-        and not _condition_true(new, "Running")
-        and (now - started).total_seconds() > startup
-    ):
-        return fail(
-            "StartupDeadlineExceeded", f"not Running within startupDeadlineSeconds={startup}"
-        )
-
-    # -- converge children: create missing, replace failed workers (same name) ---------------
-    desired_pods = {_name(d) for d in desired if d.get("kind") == "Pod"}
-    for obj in observed:
-        if obj.get("kind") == "Pod" and obj in current and _name(obj) not in desired_pods:
-            plan.delete.append(("Pod", _name(obj)))  # e.g. validation pool scaled down
-    for pod in current:
-        if _role(pod) in ("worker", "validation") and pod_phase(pod) in ("Failed", "Succeeded"):
-            plan.delete.append(("Pod", _name(pod)))
-            plan.events.append(
-                Event("Warning", "WorkerPodLost", f"{_pod_ended(pod)}; recreating it")
-            )
-    desired_hash = {_name(d): _spec_hash(d) for d in desired if d.get("kind") == "Pod"}
-    for pod in current:
-        want = desired_hash.get(_name(pod))
-        if (
-            want is not None
-            and _spec_hash(pod) not in (None, want)
-            and (("Pod", _name(pod)) not in plan.delete)
-        ):
-            # The spec changed (image, resources, env...): replace the pod; the runtime
-            # resumes the workers from the latest checkpoint.
-            plan.delete.append(("Pod", _name(pod)))
-            plan.events.append(
-                Event("Normal", "SpecChanged", f"pod {_name(pod)} replaced to apply the new spec")
-            )
-    deleting = {name for kind, name in plan.delete if kind == "Pod"}
-    for obj in desired:
-        key = (str(obj.get("kind")), _name(obj))
-        if key not in existing_keys:
-            plan.create.append(obj)
-        elif key[0] == "Pod" and key[1] in deleting:
-            plan.requeue_at_most(1.0)  # recreated once the old pod is gone
-    if not new.get("startTime") and any(d.get("kind") == "Pod" for d in desired):
-        new["startTime"] = _ts(now)  # the pods of this run are created now
-
-    # -- status ----------------------------------------------------------------------------
-    desired_workers = sum(1 for d in desired if _role(d) == "worker")
-    ready_workers = sum(
-        1 for p in by_role.get("worker", []) if pod_ready(p) and _name(p) not in deleting
-    )
-    new["workers"] = {"ready": ready_workers, "desired": desired_workers}
-    new["validationPool"] = {"replicas": sum(1 for d in desired if _role(d) == "validation")}
-    cluster_ready = (
-        bool(by_role.get("head"))
-        and all(pod_ready(p) for p in by_role.get("head", []))
-        and ready_workers == desired_workers
-        and bool(drivers)
-        and pod_phase(drivers[0]) == "Running"
-    )
-    if cluster_ready:
-        transition("Running", "Running", f"{ready_workers}/{desired_workers} workers ready")
-        set_condition(
-            new,
-            "Running",
-            True,
-            "ClusterReady",
-            "head, workers and driver running",
-            generation,
-            now,
-        )
-        set_condition(new, "Restarting", False, "Running", "running", generation, now)
-    elif new.get("phase") == "Running":
-        transition(
-            "Running",
-            "Running",
-            f"{ready_workers}/{desired_workers} workers ready; replacing lost workers",
-        )
-    else:
-        transition(
-            "Starting",
-            "Starting",
-            f"waiting for pods: {ready_workers}/{desired_workers} workers ready",
-        )
-    # Be called back when a deadline would pass (the operator otherwise only resyncs).
-    started = _parse_ts(new.get("startTime"))
-    if started is not None:
-        for limit in (
-            spec.failure.active_deadline_seconds,
-            None if _condition_true(new, "Running") else startup,
-        ):
-            if limit is not None:
-                plan.requeue_at_most((started - now).total_seconds() + limit + 1.0)
+def plan_trainjob(
+    job: TrainJob,
+    uid: str,
+    status: StatusInput | None,
+    annotations: Mapping[str, str],
+    observed: list[dict[str, Any]],
+    render: Renderer,
+    now: dt.datetime,
+    generation: int | None = None,
+) -> Plan:
+    """One reconcile's whole decision: size the validation pool, render the children of the
+    current attempt for it (``render`` is pure), plan (:func:`plan_reconcile`) and add the
+    pool's annotation and callback. A spec that does not render fails the job."""
+    typed = _as_status(status)
+    pool = plan_validation_pool(job, typed, annotations, now)
+    try:
+        desired = render(job, uid, typed.restarts, pool.replicas)
+    except ValueError as exc:  # e.g. spec.podTemplate.<key>: unknown key
+        raw = status if isinstance(status, Mapping) else _status_dict(typed)
+        return plan_invalid_spec(raw, str(exc), generation, now)
+    plan = plan_reconcile(job, typed, observed, desired, now, generation)
+    check_validation_pool_if_needed(plan, pool, annotations)
     return plan
