@@ -2,7 +2,7 @@
 
 What runs:
 
-* etcd + kube-apiserver 1.20 (:class:`trainjob_operator.testing.EnvTest`, the binaries that
+* etcd + kube-apiserver 1.20 (:class:`tests.support.EnvTest`, the binaries that
   ``scripts/provision-envtest.sh`` builds; no kube-controller-manager, no scheduler, no
   kubelet: pods stay Pending, which does not matter here);
 * the operator as its own process, exactly as deployed: ``trainjob operator --namespace
@@ -496,7 +496,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """All three phases on one fresh API server and operator."""
     import yaml
 
-    from trainjob_operator.testing import EnvTest, ensure_assets
+    from tests.support import EnvTest, ensure_assets
 
     template = yaml.safe_load(MANIFEST.read_text())
     kinds = expected_children(template)

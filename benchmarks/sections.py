@@ -596,7 +596,7 @@ def render_operator(data: dict[str, Any], img_rel: str) -> tuple[str, list[list[
     text = f"""## 6. Operator: reconcile latency, throughput, memory (issue 6)
 
 `benchmarks/bench_operator.py`: etcd + kube-apiserver {p.get("k8s_version", "1.20.2")} from
-`trainjob_operator.testing.EnvTest` (no kube-controller-manager, scheduler or kubelet: pods stay
+`tests.support.EnvTest` (no kube-controller-manager, scheduler or kubelet: pods stay
 Pending), the CRD from `crds/`, and the operator as its own process, as deployed: `trainjob
 operator --namespace bench` (kopf; the default 5 s timer per TrainJob). TrainJobs are
 `{p["manifest"]}` renamed; each gets {sum(data["children_per_job"].values())} children

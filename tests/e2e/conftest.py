@@ -1,6 +1,6 @@
 """End-to-end tests: the real kube-apiserver + etcd of :mod:`tests.k8s.conftest` (the same
 fixtures, provisioned the same way, skipped with ``TRAINJOB_SKIP_K8S_TESTS=1``), the operator
-in-process, fake-gcs-server, and :class:`~trainjob_operator.testing.pod_runner.PodRunner` playing
+in-process, fake-gcs-server, and :class:`~tests.support.pod_runner.PodRunner` playing
 the kubelet, so the pods' ``ray start`` and driver commands really run here."""
 
 from __future__ import annotations

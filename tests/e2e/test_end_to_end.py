@@ -5,7 +5,7 @@ garbage collection and ServiceAccounts), the CRD, the operator (kopf, in this pr
 pods' commands (``ray start`` on the head, worker and validation pods; the driver's
 ``python -m trainjob_operator.driver_main``), a Ray cluster made of those processes, torch gloo
 DDP on CPU, checkpoints in fake-gcs-server, and the driver's status patches with the token of
-the job's own ServiceAccount. :class:`~trainjob_operator.testing.pod_runner.PodRunner` plays the
+the job's own ServiceAccount. :class:`~tests.support.pod_runner.PodRunner` plays the
 kubelet: it runs each pod's command here and reports the pod's status.
 """
 
@@ -25,14 +25,14 @@ import yaml
 
 from tests.gcs import GCSEmulator
 from tests.k8s.test_operator import RunningOperator, remove_trainjobs, wait_for
-from trainer_runtime.checkpoint import COMMIT_MARKER
-from trainjob_operator.kube import KubeClient, KubeConfig
-from trainjob_operator.testing import EnvTest
-from trainjob_operator.testing.pod_runner import (
+from tests.support import EnvTest
+from tests.support.pod_runner import (
     PodRunner,
     default_image_env,
     namespaces_available,
 )
+from trainer_runtime.checkpoint import COMMIT_MARKER
+from trainjob_operator.kube import KubeClient, KubeConfig
 
 pytestmark = [pytest.mark.k8s, pytest.mark.ray, pytest.mark.gcs]
 

@@ -1,4 +1,4 @@
-"""Fixtures for tests against a real kube-apiserver + etcd (:mod:`trainjob_operator.testing`).
+"""Fixtures for tests against a real kube-apiserver + etcd (:mod:`tests.support`).
 
 The binaries are provisioned once, right after collection and before any test runs (building
 them takes minutes, longer than the per-test timeout), and only when a test of this folder was
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from trainjob_operator.testing import EnvTest, EnvTestError, ensure_assets
+from tests.support import EnvTest, EnvTestError, ensure_assets
 
 SKIP_ENV = "TRAINJOB_SKIP_K8S_TESTS"
 _HERE = Path(__file__).resolve().parent

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support import EnvTest
 from trainer_runtime.checkpoint_manager import CheckpointRecord, CheckpointStatus
 from trainjob_operator.driver_main import StatusPublisher
 from trainjob_operator.kube import KubeClient, KubeConfig
-from trainjob_operator.testing import EnvTest
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import pytest
 from kubernetes import client, config
 
-from trainjob_operator.testing import EnvTest, EnvTestError
+from tests.support import EnvTest, EnvTestError
 
 pytestmark = pytest.mark.k8s
 

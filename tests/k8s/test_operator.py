@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support import EnvTest
 from trainjob_operator.kube import KubeClient, KubeConfig
 from trainjob_operator.operator_main import run_operator
-from trainjob_operator.testing import EnvTest
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "crds" / "trainjob.dev_trainjobs.yaml"

@@ -13,9 +13,8 @@ from typing import Any
 import pytest
 
 from tests.k8s.test_operator import wait_for
-from trainjob_operator.kube import KubeClient, KubeConfig
-from trainjob_operator.testing import EnvTest
-from trainjob_operator.testing.pod_runner import (
+from tests.support import EnvTest
+from tests.support.pod_runner import (
     PodRunner,
     _Network,
     container_argv,
@@ -23,6 +22,7 @@ from trainjob_operator.testing.pod_runner import (
     host_folders_under_tmp,
     namespaces_available,
 )
+from trainjob_operator.kube import KubeClient, KubeConfig
 
 # --------------------------------------------------------------------------- pure parts
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from trainjob_operator.testing import EnvTest
+from tests.support import EnvTest
 
 pytestmark = pytest.mark.k8s
 

@@ -1,8 +1,8 @@
 """A test "kubelet": run the Pods of a namespace as local processes and report their status.
 
 There is no kubelet (and no scheduler) next to the test kube-apiserver of
-:mod:`trainjob_operator.testing.envtest`, so Pods stay ``Pending`` forever. :class:`PodRunner`
-plays both for one namespace: it binds each new Pod to its node (``pods/binding``, like the
+:mod:`tests.support.envtest`, so Pods stay ``Pending`` forever. :class:`PodRunner` plays both
+for one namespace: it binds each new Pod to its node (``pods/binding``, like the
 scheduler), starts the Pod's container command as a process of this machine with the Pod's
 environment, reports the Pod's life through the ``pods/status`` subresource (``Pending`` ->
 ``Running`` with ``podIP``, the ``Ready`` condition from the readiness probe -> ``Succeeded`` /

@@ -648,7 +648,7 @@ class EnvTest:
         if assets is None or not _has_binaries(assets, REQUIRED_BINARIES):
             raise EnvTestError(
                 f"no kube-apiserver and etcd in {assets or f'${ASSETS_ENV} or the cache'}; "
-                "call trainjob_operator.testing.ensure_assets() first"
+                "call tests.support.ensure_assets() first"
             )
         self._assets = assets
         run_kcm = self._want_kcm

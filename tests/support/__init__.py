@@ -1,0 +1,32 @@
+"""Test support for trainjob-operator: a real kube-apiserver + etcd, envtest style
+(:mod:`tests.support.envtest`), and a test kubelet that runs the Pods of a namespace as local
+processes (:mod:`tests.support.pod_runner`).
+
+Used by the cluster tests (``tests/k8s``, ``tests/chart``, ``tests/e2e``) and by
+``benchmarks/bench_operator.py``; it is not part of the installed package or the images.
+"""
+
+from tests.support.envtest import (
+    ADMIN_USER,
+    DEFAULT_USERS,
+    EnvTest,
+    EnvTestError,
+    User,
+    default_cache_dir,
+    ensure_assets,
+    find_assets,
+)
+from tests.support.pod_runner import PodRunner, namespaces_available
+
+__all__ = [
+    "ADMIN_USER",
+    "DEFAULT_USERS",
+    "EnvTest",
+    "EnvTestError",
+    "PodRunner",
+    "User",
+    "default_cache_dir",
+    "ensure_assets",
+    "find_assets",
+    "namespaces_available",
+]
