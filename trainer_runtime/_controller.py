@@ -41,6 +41,8 @@ logger = logging.getLogger("trainer_runtime")
 POLL_TIMEOUT_S = 1.0
 #: How long a failed attempt keeps listening to the surviving workers (see ``_salvage``).
 SALVAGE_TIMEOUT_S = 10.0
+#: How long it listens to them in any case, for other ranks failing at the same time.
+FAILURE_GRACE_S = 1.0
 
 
 @dataclass
@@ -66,6 +68,8 @@ class BaseController:
         self.manager = CheckpointManager(self.run_path, run.checkpoint_config, self.storage)
         self.coordinator = RunCoordinator(self.manager, self.storage, run.callbacks)
         self.failures = 0
+        #: Failures of other ranks seen while the last attempt was failing.
+        self.other_failures: dict[int, BaseException] = {}
         self.attempt = 0
         #: This driver's epoch in the run folder (see ``_fencing``); 0 until it takes over.
         self.epoch = 0
@@ -92,7 +96,7 @@ class BaseController:
             checkpoint=latest.checkpoint if latest else None,
             path=self.run_path,
             error=error,
-            best_checkpoints=[(r.checkpoint, r.all_metrics) for r in self.manager.ranked()],
+            best_checkpoints=[(r.checkpoint, r.all_metrics) for r in self.manager.top_k()],
             checkpoints=list(self.manager.records),
             best_checkpoint=best.checkpoint if best else None,
             restarts=self.failures,
@@ -142,6 +146,7 @@ class BaseController:
         try:
             while True:
                 latest_before = self.manager.latest
+                self.other_failures = {}
                 try:
                     self._run_attempt()
                     self._after_success()
@@ -161,11 +166,11 @@ class BaseController:
                         raise self._fail(exc) from exc
                     delay = failure_config.backoff_s(in_a_row)
                     logger.warning(
-                        "Worker group failed (%s); restarting in %.1f s (failure %d of %s) from %s",
+                        "Worker group failed (%s); restarting (failure %d of %s) in %.1f s from %s",
                         str(exc).splitlines()[0],
-                        delay,
                         self.failures,
                         _limit(failure_config.max_failures),
+                        delay,
                         self.manager.latest.path if self.manager.latest else "scratch",
                     )
                     self._cleanup_partial()
@@ -199,10 +204,10 @@ class BaseController:
         if latest is not None:
             head += f"\nThe latest committed checkpoint is {latest.path}."
         if isinstance(exc, WorkerFailure) and exc.rank is not None:
-            failure = exc.exception or RuntimeError(str(exc))
+            failures = {**self.other_failures, exc.rank: exc.exception or RuntimeError(str(exc))}
             return WorkerGroupError(
                 head,
-                {exc.rank: failure},
+                dict(sorted(failures.items())),
                 cause=exc,
                 result=result,
                 traceback_text=exc.traceback_text,
@@ -360,10 +365,18 @@ class RayController(BaseController):
         refs = dict(pending)
         for rank in survivors - set(refs.values()):
             refs[by_rank[rank].actor.poll.remote(0.2)] = rank
-        deadline = time.monotonic() + SALVAGE_TIMEOUT_S
+        start = time.monotonic()
+        deadline = start + SALVAGE_TIMEOUT_S
         first_pass = True
         while refs:
-            if not first_pass and not self.coordinator.next_round_waits_only_on(set(refs.values())):
+            # Keep listening while the next round waits only on the survivors, and for a
+            # moment in any case: a rank failing at the same step is reported too.
+            in_grace = time.monotonic() - start < FAILURE_GRACE_S
+            if (
+                not first_pass
+                and not in_grace
+                and not self.coordinator.next_round_waits_only_on(set(refs.values()))
+            ):
                 break
             timeout = max(0.0, deadline - time.monotonic())
             ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
@@ -381,11 +394,17 @@ class RayController(BaseController):
                     refs[by_rank[rank].actor.poll.remote(POLL_TIMEOUT_S)] = rank
 
     def _apply_salvaged(self, events: list[Any]) -> bool:
-        """Apply salvaged events; returns whether that worker's train function ended."""
+        """Apply salvaged events; returns whether that worker's train function ended.
+
+        A survivor's train function that failed too is recorded among the attempt's worker
+        failures (Ray Train reports every failed rank in ``worker_failures``).
+        """
         done = False
         for event in events:
             if isinstance(event, WorkerFinishedEvent):
                 done = True
+                if event.error is not None:
+                    self.other_failures[event.rank] = event.exception or RuntimeError(event.error)
                 continue
             try:
                 self.coordinator.handle(event)

@@ -278,6 +278,17 @@ class CheckpointManager:
         scored.sort(key=lambda r: (sign * (self.score(r) or 0.0), -r.round))
         return scored + list(reversed(unscored))
 
+    def top_k(self) -> list[CheckpointRecord]:
+        """``Result.best_checkpoints`` as Ray Train orders it: the ``num_to_keep`` best, worst
+        first (without a score attribute: the ``num_to_keep`` most recent, oldest first).
+
+        The latest checkpoint and those pending validation are kept too (resume needs them)
+        but are listed here only when they are among the best, as in Ray Train.
+        """
+        ranked = self.ranked()
+        keep_n = self.config.num_to_keep
+        return list(reversed(ranked if keep_n is None else ranked[:keep_n]))
+
     def best(self) -> CheckpointRecord | None:
         """The best checkpoint with a score, or the latest when no score attribute is set."""
         if self.config.checkpoint_score_attribute is None:

@@ -17,9 +17,10 @@ class Result:
     """The outcome of a run.
 
     ``metrics``: rank 0's last reported metrics. ``checkpoint``: the latest
-    committed checkpoint. ``best_checkpoints``: kept checkpoints as
-    ``(Checkpoint, metrics)`` pairs, best first. ``checkpoints``: every kept
-    checkpoint's record, with its validation status.
+    committed checkpoint. ``best_checkpoints``: the ``num_to_keep`` best checkpoints as
+    ``(Checkpoint, metrics)`` pairs in Ray Train's order, worst first (see
+    :meth:`CheckpointManager.top_k`). ``checkpoints``: every kept checkpoint's record, with
+    its validation status.
     """
 
     metrics: dict[str, Any] | None
@@ -35,17 +36,26 @@ class Result:
         """The status of a kept checkpoint (``committed``, ``validated``, ...)."""
         return next((r.status for r in self.checkpoints if r.path == checkpoint.path), None)
 
-    def get_best_checkpoint(self, metric: str, mode: str = "max") -> Checkpoint | None:
-        """The kept checkpoint with the best ``metric`` (``mode`` ``max`` or ``min``)."""
+    def get_best_checkpoint(self, metric: str, mode: str) -> Checkpoint | None:
+        """The checkpoint of ``best_checkpoints`` with the best ``metric`` (as Ray Train's).
+
+        Checkpoints without the metric are left out. RuntimeError when there is no
+        checkpoint or none has the metric; ValueError for a ``mode`` other than max/min.
+        """
+        if not self.best_checkpoints:
+            raise RuntimeError("No checkpoint exists in the trial directory!")
         if mode not in ("max", "min"):
-            raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
+            raise ValueError(f'Unsupported mode: {mode}. Please choose from ["min", "max"]!')
         scored = [
             (c, m[metric])
             for c, m in self.best_checkpoints
-            if isinstance(m.get(metric), int | float)
+            if isinstance(m.get(metric), int | float) and not isinstance(m.get(metric), bool)
         ]
         if not scored:
-            return None
+            raise RuntimeError(
+                f"Invalid metric name {metric}! You may choose from the following metrics: "
+                f"{(self.metrics or {}).keys()}."
+            )
         pick = max if mode == "max" else min
         return pick(scored, key=lambda cm: cm[1])[0]
 
@@ -75,7 +85,7 @@ class Result:
             metrics=latest.all_metrics if latest else None,
             checkpoint=latest.checkpoint if latest else None,
             path=uri,
-            best_checkpoints=[(r.checkpoint, r.all_metrics) for r in manager.ranked()],
+            best_checkpoints=[(r.checkpoint, r.all_metrics) for r in manager.top_k()],
             checkpoints=list(manager.records),
             best_checkpoint=best.checkpoint if best else None,
         )

@@ -198,9 +198,9 @@ def test_restarts_back_off_and_start_over_after_progress(
             run_config=RunConfig(name="run", storage_path=str(tmp_path), failure_config=config),
         ).fit()
     delays = [
-        r.getMessage().split("restarting in ")[1].split(" s")[0]
+        r.getMessage().split(" in ")[1].split(" s")[0]
         for r in caplog.records
-        if "restarting in" in r.getMessage()
+        if "restarting (failure" in r.getMessage()
     ]
     assert delays == ["0.1", "0.1", "0.1"]  # 0.05, 0.10, 0.15 rounded to one decimal
     assert result.restarts == 3

@@ -155,8 +155,9 @@ def test_nan_scores_rank_below_every_real_score(tmp_path: Path, scaling: Scaling
         checkpoint_config=keep,
     )
     kept = [m["loss"] for _, m in result.best_checkpoints]
-    assert kept == [0.1, 0.5, 0.8]  # top 2 by loss, then the latest (always kept)
-    assert result.best_checkpoints[0][0].path.endswith("checkpoint_000002")
+    assert kept == [0.5, 0.1]  # the top 2 by loss, worst first (Ray Train's order)
+    assert result.best_checkpoints[-1][0].path.endswith("checkpoint_000002")
+    assert [r.metrics["loss"] for r in result.checkpoints] == [0.5, 0.1, 0.8]  # + the latest
     again = check_run(str(tmp_path / "run"), _world(scaling))
     assert [m["loss"] for _, m in again.best_checkpoints] == kept
 

@@ -77,9 +77,9 @@ def test_runs_in_this_process_with_checkpoints(
     assert result.checkpoint == Checkpoint(join_uri(run_path, "checkpoint_000004"))
     storage = get_storage(run_path)
     assert storage.list_dirs(run_path) == ["checkpoint_000003", "checkpoint_000004"]
-    assert [c.path for c, _ in result.best_checkpoints] == [
-        join_uri(run_path, "checkpoint_000004"),
+    assert [c.path for c, _ in result.best_checkpoints] == [  # Ray's order: oldest first
         join_uri(run_path, "checkpoint_000003"),
+        join_uri(run_path, "checkpoint_000004"),
     ]
     with result.checkpoint.as_directory() as folder:
         assert json.loads((Path(folder) / "rank_0.json").read_text()) == {"step": 4}

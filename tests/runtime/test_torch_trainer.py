@@ -52,7 +52,7 @@ def test_ddp_on_two_gloo_workers(tmp_path: Path) -> None:
     with result.checkpoint.as_directory() as folder:
         state = torch.load(Path(folder) / "model.pt")
     assert set(state) == {"module.weight", "module.bias"}
-    first, last = result.best_checkpoints[-1][1], result.best_checkpoints[0][1]
+    first, last = result.best_checkpoints[0][1], result.best_checkpoints[-1][1]
     assert last["loss"] < first["loss"]  # it really trained
 
 

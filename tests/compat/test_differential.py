@@ -1,0 +1,243 @@
+"""The same user code under ``ray.train`` 2.60 and under ``trainer_runtime``.
+
+Each case runs one train function from ``tests/compat/workloads.py`` with both (only the
+import differs: ``config["api"]``) and asserts that what a user can observe is the same:
+metrics, which checkpoints are kept and in what order, what ``get_checkpoint()`` returns
+when, the exception types, ``Result`` fields.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from tests.compat.workloads import read_step, steps_train, validate, validation_without_config
+
+os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
+APIS = ["ray.train", "trainer_runtime"]
+pytestmark = pytest.mark.ray
+
+
+def _modules(name: str) -> tuple[ModuleType, Any]:
+    """The API module and its TorchTrainer."""
+    if name == "ray.train":
+        import ray.train  # needs pandas, pyarrow, tensorboardX: the test extra installs them
+        from ray.train.torch import TorchTrainer
+
+        return ray.train, TorchTrainer
+    import trainer_runtime
+    from trainer_runtime.torch import TorchTrainer as OurTorchTrainer
+
+    return trainer_runtime, OurTorchTrainer
+
+
+def _fit(
+    name: str,
+    tmp_path: Path,
+    fn: Callable[..., Any],
+    config: dict[str, Any],
+    *,
+    workers: int = 2,
+    **run: Any,
+) -> Any:
+    train, trainer_cls = _modules(name)
+    run = _resolve(name, run)
+    extra = {k: run.pop(k) for k in list(run) if k == "validation_config"}
+    run_config = train.RunConfig(name="run", storage_path=str(tmp_path / name), **run)
+    trainer = trainer_cls(
+        fn,
+        train_loop_config={"api": name, **config},
+        scaling_config=train.ScalingConfig(num_workers=workers),
+        run_config=run_config,
+        **extra,
+    )
+    return trainer.fit()
+
+
+def _both(
+    tmp_path: Path, fn: Callable[..., Any], config: dict[str, Any], **kw: Any
+) -> dict[str, Any]:
+    out = {}
+    for name in APIS:
+        out[name] = _fit(name, tmp_path, fn, config, **kw)
+    return out
+
+
+def _resolve(name: str, kw: dict[str, Any]) -> dict[str, Any]:
+    """Config objects are built per API from ``(class name, args, kwargs)`` recipes."""
+    train, _ = _modules(name)
+    out = dict(kw)
+    for key, value in kw.items():
+        if isinstance(value, tuple) and value and isinstance(value[0], str):
+            cls_name, args, kwargs = value
+            built = {k: _resolve(name, {"_": v})["_"] for k, v in kwargs.items()}
+            out[key] = getattr(train, cls_name)(*args, **built)
+    return out
+
+
+def _kept(result: Any) -> list[dict[str, Any]]:
+    """The kept checkpoints' metrics in ``best_checkpoints`` order, with each one's step."""
+    return [
+        {
+            **{k: m[k] for k in sorted(m) if k in ("step", "loss", "val_score")},
+            "saved": read_step(c),
+        }
+        for c, m in result.best_checkpoints
+    ]
+
+
+@pytest.mark.parametrize("mode", ["SYNC", "ASYNC"])
+def test_top_k_by_score_keeps_the_same_checkpoints_in_the_same_order(
+    tmp_path: Path, ray_cluster: Any, mode: str
+) -> None:
+    losses = [0.5, 0.2, 0.9, 0.1, 0.7]
+    results = _both(
+        tmp_path,
+        steps_train,
+        {"steps": 5, "losses": losses, "mode": mode},
+        checkpoint_config=(
+            "CheckpointConfig",
+            (),
+            {
+                "num_to_keep": 2,
+                "checkpoint_score_attribute": "loss",
+                "checkpoint_score_order": "min",
+            },
+        ),
+    )
+    ray_result, ours = results["ray.train"], results["trainer_runtime"]
+    assert _kept(ours) == _kept(ray_result)
+    assert ours.metrics["step"] == ray_result.metrics["step"] == 4
+    assert read_step(ours.checkpoint) == read_step(ray_result.checkpoint)
+    best = (ray_result.get_best_checkpoint("loss", "min"), ours.get_best_checkpoint("loss", "min"))
+    assert read_step(best[0]) == read_step(best[1]) == 3
+
+
+def test_get_checkpoint_returns_the_latest_reported_checkpoint(
+    tmp_path: Path, ray_cluster: Any
+) -> None:
+    logs = {}
+    for name in APIS:
+        log = tmp_path / f"{name}.log"
+        _fit(name, tmp_path, steps_train, {"steps": 3, "log": str(log)})
+        logs[name] = [json.loads(line) for line in log.read_text().splitlines()]
+    assert logs["trainer_runtime"] == logs["ray.train"] == [[None, 0, 1, 2]]
+
+
+def test_resume_after_a_failure_and_max_failures(tmp_path: Path, ray_cluster: Any) -> None:
+    seen = {}
+    for name in APIS:
+        log = tmp_path / f"{name}.log"
+        config = {"steps": 4, "fail_at": 2, "fail_marker": str(tmp_path / f"{name}.failed")}
+        result = _fit(
+            name,
+            tmp_path,
+            steps_train,
+            {**config, "log": str(log)},
+            failure_config=("FailureConfig", (), {"max_failures": 1}),
+        )
+        seen[name] = ([json.loads(line) for line in log.read_text().splitlines()], result)
+    (ray_log, ray_result), (our_log, ours) = seen["ray.train"], seen["trainer_runtime"]
+    assert our_log == ray_log == [[1, 2, 3]]  # the second attempt resumed from step 1
+    assert ours.metrics["step"] == ray_result.metrics["step"] == 3
+
+
+def test_a_failing_train_function_raises_the_same_exceptions(
+    tmp_path: Path, ray_cluster: Any
+) -> None:
+    errors = {}
+    for name in APIS:
+        train, _ = _modules(name)
+        with pytest.raises(train.TrainingFailedError) as info:
+            _fit(name, tmp_path, steps_train, {"steps": 3, "always_fail": True})
+        errors[name] = (train, info.value)
+    for train, error in errors.values():
+        assert isinstance(error, train.WorkerGroupError)
+        assert not isinstance(error, train.ControllerError)
+        assert set(error.worker_failures) == {0, 1}
+        assert all(isinstance(e, ZeroDivisionError) for e in error.worker_failures.values())
+
+
+def test_validation_without_a_trainer_config_is_the_same_value_error(
+    tmp_path: Path, ray_cluster: Any
+) -> None:
+    for name in APIS:
+        train, _ = _modules(name)
+        with pytest.raises(train.WorkerGroupError) as info:
+            _fit(name, tmp_path, validation_without_config, {}, workers=1)
+        failure = info.value.worker_failures[0]
+        assert isinstance(failure, ValueError), (name, failure)
+        assert "`validation_config` was not set on the trainer" in str(failure)
+
+
+@pytest.mark.parametrize("how", ["default", "task"])
+def test_validation_metrics_join_the_checkpoints_and_rank_them(
+    tmp_path: Path, ray_cluster: Any, how: str
+) -> None:
+    results = _both(
+        tmp_path,
+        steps_train,
+        {"steps": 3, "validation": how},
+        validation_config=(
+            "ValidationConfig",
+            (validate,),
+            {"task_config": ("ValidationTaskConfig", (), {"fn_kwargs": {"scale": 10.0}})},
+        ),
+        checkpoint_config=(
+            "CheckpointConfig",
+            (),
+            {"num_to_keep": 2, "checkpoint_score_attribute": "val_score"},
+        ),
+    )
+    assert _kept(results["trainer_runtime"]) == _kept(results["ray.train"])
+
+
+def test_multi_rank_shards_merge_into_one_checkpoint(tmp_path: Path, ray_cluster: Any) -> None:
+    files = {}
+    for name in APIS:
+        result = _fit(name, tmp_path, steps_train, {"steps": 2, "shards": True})
+        with result.checkpoint.as_directory() as folder:
+            files[name] = sorted(
+                (p.name, p.read_text())
+                for p in Path(folder).iterdir()
+                if not p.name.startswith(".")
+            )
+    assert files["trainer_runtime"] == files["ray.train"]
+    assert ("shard_1.txt", "1:1") in files["ray.train"]
+
+
+def test_result_from_path_matches_the_result_of_fit(tmp_path: Path, ray_cluster: Any) -> None:
+    rebuilt = {}
+    for name in APIS:
+        train, _ = _modules(name)
+        result = _fit(
+            name,
+            tmp_path,
+            steps_train,
+            {"steps": 3, "losses": [0.3, 0.1, 0.2]},
+            checkpoint_config=train.CheckpointConfig(
+                num_to_keep=2, checkpoint_score_attribute="loss", checkpoint_score_order="min"
+            ),
+        )
+        again = train.Result.from_path(Path(result.path))  # os.PathLike, as Ray accepts
+        assert _kept(again) == _kept(result), name
+        rebuilt[name] = again
+    assert _kept(rebuilt["trainer_runtime"]) == _kept(rebuilt["ray.train"])
+    for name in APIS:
+        train, _ = _modules(name)
+        with pytest.raises(RuntimeError):
+            train.Result.from_path(str(tmp_path / "no-such-run"))
+
+
+def test_local_mode_runs_the_same_function_in_this_process(
+    tmp_path: Path, ray_cluster: Any
+) -> None:
+    results = _both(tmp_path, steps_train, {"steps": 3, "losses": [3.0, 2.0, 1.0]}, workers=0)
+    assert results["trainer_runtime"].metrics == results["ray.train"].metrics
+    assert read_step(results["trainer_runtime"].checkpoint) == 2
