@@ -225,6 +225,8 @@ class CheckpointManager:
         self.fence = fence
         self.records: list[CheckpointRecord] = []
         self.next_round = 0
+        #: The manifest as :meth:`restore` read it (None: none, or unreadable).
+        self.manifest_data: dict[str, Any] | None = None
 
     @classmethod
     def for_reading(cls, run_path: str, storage: Storage) -> CheckpointManager:
@@ -232,7 +234,7 @@ class CheckpointManager:
         recorded (default config when it recorded none); it deletes nothing."""
         manager = cls(run_path, CheckpointConfig(), storage)
         manager.restore()
-        recorded = (manager.read_manifest() or {}).get("checkpoint_config")
+        recorded = (manager.manifest_data or {}).get("checkpoint_config")
         if isinstance(recorded, dict):
             try:
                 manager.config = CheckpointConfig(
@@ -595,7 +597,7 @@ class CheckpointManager:
         never be resumed from) and a manifest that disagrees with the markers is rewritten.
         Returns the names of the deleted folders.
         """
-        manifest = self.read_manifest()
+        manifest = self.manifest_data = self.read_manifest()
         indexed: dict[str, dict[str, Any]] = {}
         for item in (manifest or {}).get("checkpoints", []):
             if isinstance(item, dict) and isinstance(item.get("name"), str):

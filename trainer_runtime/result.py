@@ -72,7 +72,7 @@ class Result:
         manager = CheckpointManager.for_reading(uri, storage)
         if (
             not manager.records
-            and manager.read_manifest() is None
+            and manager.manifest_data is None
             and not storage.exists(driver_file_uri(uri))
         ):
             raise RuntimeError(
