@@ -126,7 +126,9 @@ class Checkpoint:
         self.set_metadata(merged)
 
     def __repr__(self) -> str:
-        return f"Checkpoint(path={self.path!r})"
+        # Ray Train's form, e.g. Checkpoint(filesystem=local, path=/tmp/run/checkpoint_000001)
+        filesystem = "local" if self.is_local else "gcs"
+        return f"Checkpoint(filesystem={filesystem}, path={self.path})"
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Checkpoint) and other.path == self.path

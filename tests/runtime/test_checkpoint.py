@@ -115,3 +115,8 @@ def test_reporting_a_committed_checkpoint_again_never_deletes_it(tmp_path: Path)
     report = next(e for e in events if isinstance(e, ReportEvent))
     assert report.checkpoint_uri == join_uri(storage_path, "run", "checkpoint_000005")
     assert _files(report.checkpoint_uri) == ["model.bin", "sub/opt.bin"]
+
+
+def test_repr_is_ray_trains(tmp_path: Path) -> None:
+    assert repr(Checkpoint(tmp_path)) == f"Checkpoint(filesystem=local, path={tmp_path})"
+    assert repr(Checkpoint("gs://b/run/c")) == "Checkpoint(filesystem=gcs, path=gs://b/run/c)"
