@@ -1,12 +1,13 @@
-"""GKE TPU generations and slice shapes (re-exported from :mod:`trainer_runtime.tpu`).
+"""GKE TPU generations and slice shapes (re-exported from :mod:`trainjob_operator.tpu_topology`).
 
-There is one TPU table, in ``trainer_runtime/tpu.py``: the runtime's ``ScalingConfig`` and worker
-group use it, and the operator's API validation and renderers import it from here.
+There is one TPU table, in the dependency-free leaf ``trainjob_operator/tpu_topology.py``: the
+runtime (``trainer_runtime.tpu``) and the operator's API validation and renderers import it,
+the latter from here.
 """
 
 from __future__ import annotations
 
-from trainer_runtime.tpu import (
+from trainjob_operator.tpu_topology import (
     ACCELERATOR_ALIASES,
     GKE_TPU_ACCELERATOR_LABEL,
     GKE_TPU_RESOURCE,
