@@ -28,6 +28,8 @@ from trainjob_operator.api.models import (
     TrainJobStatus,
     split_entrypoint,
 )
+from trainjob_operator.api.quantity import parse_quantity
+from trainjob_operator.constants import now
 from trainjob_operator.render.workers import gpus_per_worker
 
 DEFAULT_LOCAL_STORAGE = "~/trainjob_results"
@@ -91,12 +93,7 @@ class RunPlan:
 
 
 def _cpu_quantity(value: int | str | None) -> float:
-    if value is None:
-        return 1.0
-    text = str(value)
-    if text.endswith("m"):
-        return int(text[:-1]) / 1000
-    return float(text)
+    return 1.0 if value is None else parse_quantity(value)
 
 
 def plan_run(
@@ -251,7 +248,7 @@ def _finite_score(value: Any) -> float | None:
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return now()
 
 
 def _step_of(metrics: dict[str, Any] | None, fallback: int) -> int:

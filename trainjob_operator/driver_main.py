@@ -25,6 +25,7 @@ import yaml
 
 from trainer_runtime.checkpoint_manager import CheckpointRecord
 from trainjob_operator.api.models import ManifestError, TrainJob, parse_trainjob
+from trainjob_operator.constants import KIND
 from trainjob_operator.driver import EntrypointError, StatusTracker, build_trainer, plan_run
 from trainjob_operator.kube import ApiError, KubeClient, KubeConfig
 
@@ -92,7 +93,7 @@ class StatusPublisher(StatusTracker):
             return
         try:
             self.client.patch(
-                "TrainJob", self.namespace, self.name, {"status": patch}, subresource="status"
+                KIND, self.namespace, self.name, {"status": patch}, subresource="status"
             )
             self._last = patch
         except (ApiError, ValueError) as exc:
@@ -123,7 +124,7 @@ def load_job(client: KubeClient | None) -> TrainJob:
     if spec_file:
         return parse_trainjob(yaml.safe_load(Path(spec_file).read_text()))
     assert client is not None
-    obj = client.get("TrainJob", os.environ["TRAINJOB_NAMESPACE"], os.environ["TRAINJOB_NAME"])
+    obj = client.get(KIND, os.environ["TRAINJOB_NAMESPACE"], os.environ["TRAINJOB_NAME"])
     if obj is None:
         raise SystemExit("the TrainJob this driver belongs to does not exist")
     return parse_trainjob(obj)

@@ -25,6 +25,8 @@ from typing import Any
 
 import yaml
 
+from trainjob_operator.constants import GROUP, KIND, PLURAL, VERSION
+
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 # (group, version, plural) of the kinds the operator manages.
@@ -36,7 +38,7 @@ RESOURCES: dict[str, tuple[str, str, str]] = {
     "Event": ("", "v1", "events"),
     "Role": ("rbac.authorization.k8s.io", "v1", "roles"),
     "RoleBinding": ("rbac.authorization.k8s.io", "v1", "rolebindings"),
-    "TrainJob": ("trainjob.dev", "v1alpha1", "trainjobs"),
+    KIND: (GROUP, VERSION, PLURAL),
 }
 
 

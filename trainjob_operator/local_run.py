@@ -24,6 +24,7 @@ from typing import Any, TextIO
 import yaml
 
 from trainjob_operator.api.models import ManifestError, load_trainjobs
+from trainjob_operator.constants import API_VERSION, KIND
 from trainjob_operator.driver import EntrypointError, RunPlan, StatusTracker, build_trainer
 from trainjob_operator.driver import plan_run as _plan_run
 from trainjob_operator.progress import DisplayLogHandler, ProgressDisplay, WorkerLogSink, is_live
@@ -239,8 +240,8 @@ def _run(
     status = tracker.finish(error)
     display.close(status)
     document = {
-        "apiVersion": "trainjob.dev/v1alpha1",
-        "kind": "TrainJob",
+        "apiVersion": API_VERSION,
+        "kind": KIND,
         "metadata": {"name": job.metadata.name},
         "status": status,
     }

@@ -37,13 +37,13 @@ import kopf
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 from trainjob_operator.api.models import Phase, TrainJob
+from trainjob_operator.constants import FINALIZER, GROUP, MANAGED_BY_LABEL, PLURAL, VERSION
 from trainjob_operator.kube import KubeClient, KubeConfig
 from trainjob_operator.reconcile.apply import NAME_LABEL, Renderer, reconcile_trainjob
 
 logger = logging.getLogger("trainjob_operator")
 
-GROUP, VERSION, PLURAL = "trainjob.dev", "v1alpha1", "trainjobs"
-MANAGED = {"app.kubernetes.io/managed-by": "trainjob-operator"}
+MANAGED = {MANAGED_BY_LABEL: "trainjob-operator"}
 
 #: Longest a TrainJob goes without a reconcile when nothing happens to it.
 DEFAULT_RESYNC_SECONDS = 60.0
@@ -234,7 +234,7 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = 30
     settings.posting.level = logging.WARNING
-    settings.persistence.finalizer = "trainjob.dev/finalizer"
+    settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="trainjob.dev")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix="trainjob.dev", key="last-handled-configuration"

@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 
 from trainjob_operator.api.models import API_GROUP, KIND, PLURAL, TrainJob
+from trainjob_operator.constants import API_VERSION, VERSION
 
 __all__ = [
     "CRD_FILENAME",
@@ -40,7 +41,6 @@ __all__ = [
     "structural_schema",
 ]
 
-VERSION = "v1alpha1"
 CRD_NAME = f"{PLURAL}.{API_GROUP}"
 """``metadata.name`` of the CRD: ``trainjobs.trainjob.dev``."""
 CRD_FILENAME = f"{API_GROUP}_{PLURAL}.yaml"
@@ -224,9 +224,9 @@ def _openapi_schema() -> dict[str, Any]:
     props = schema["properties"]
     props["apiVersion"] = {
         "type": "string",
-        "description": "APIVersion of this object: trainjob.dev/v1alpha1.",
+        "description": f"APIVersion of this object: {API_VERSION}.",
     }
-    props["kind"] = {"type": "string", "description": "Kind of this object: TrainJob."}
+    props["kind"] = {"type": "string", "description": f"Kind of this object: {KIND}."}
     # The API server validates metadata itself; a CRD may only say it is an object.
     props["metadata"] = {"type": "object"}
     props["status"].pop("nullable", None)

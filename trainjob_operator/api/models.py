@@ -47,6 +47,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
+from trainjob_operator.api.quantity import QUANTITY_PATTERN, QUANTITY_RE
 from trainjob_operator.api.tpu import (
     ACCELERATOR_ALIASES,
     GKE_TPU_RESOURCE,
@@ -54,6 +55,7 @@ from trainjob_operator.api.tpu import (
     get_generation,
     slice_shape,
 )
+from trainjob_operator.constants import API_VERSION, GROUP, KIND, PLURAL
 
 __all__ = [
     "API_GROUP",
@@ -100,14 +102,8 @@ __all__ = [
     "split_entrypoint",
 ]
 
-API_GROUP = "trainjob.dev"
-"""The API group of the TrainJob resource."""
-API_VERSION = f"{API_GROUP}/v1alpha1"
-"""``apiVersion`` of TrainJob objects."""
-KIND = "TrainJob"
-"""``kind`` of TrainJob objects."""
-PLURAL = "trainjobs"
-"""Plural resource name (``kubectl get trainjobs``)."""
+API_GROUP = GROUP
+"""The API group of the TrainJob resource (``trainjob_operator.constants.GROUP``)."""
 DEFAULT_IMAGE = "ghcr.io/trainjob-dev/trainjob-runtime:0.1.0"
 """Container image used for the Ray head, workers and validation pool when ``spec.image`` is
 omitted: Python 3.11 with ``trainjob-operator[runtime]`` (Ray 2.60) installed."""
@@ -120,11 +116,6 @@ MAX_NAME_LENGTH = 40
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
 ENTRYPOINT_PATTERN = rf"^{_DOTTED}:{_DOTTED}$"
 """``package.module:function`` (the attribute part may be dotted: ``pkg.mod:Class.method``)."""
-QUANTITY_PATTERN = (
-    r"^(\+)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
-    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
-)
-"""The Kubernetes resource quantity grammar (non-negative quantities only)."""
 _RESOURCE_NAME_PATTERN = (
     r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
@@ -136,7 +127,6 @@ STORAGE_PATH_PATTERN = rf"^(gs://{_GCS_BUCKET}(/.*)?|/.*)$"
 _CONDITION_REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 
 _ENTRYPOINT_RE = re.compile(ENTRYPOINT_PATTERN)
-_QUANTITY_RE = re.compile(QUANTITY_PATTERN)
 _RESOURCE_NAME_RE = re.compile(_RESOURCE_NAME_PATTERN)
 _NAME_RE = re.compile(_NAME_PATTERN)
 _ENV_NAME_RE = re.compile(_ENV_NAME_PATTERN)
@@ -212,7 +202,7 @@ def _check_quantity(value: object) -> int | str:
             hint=f"write '{value:g}' or use milli-units such as '{round(value * 1000)}m'",
         )
     if isinstance(value, str):
-        if _QUANTITY_RE.match(value):
+        if QUANTITY_RE.match(value):
             return value
         if value.startswith("-"):
             raise _error(f"quantity must not be negative, got {value!r}")
@@ -924,7 +914,7 @@ class TrainJob(ApiModel):
     api_version: Literal["trainjob.dev/v1alpha1"] = Field(
         default="trainjob.dev/v1alpha1", description="trainjob.dev/v1alpha1"
     )
-    kind: Literal["TrainJob"] = Field(default="TrainJob", description="TrainJob")
+    kind: Literal["TrainJob"] = Field(default=KIND, description=KIND)
     metadata: ObjectMeta
     spec: TrainJobSpec
     status: TrainJobStatus | None = None

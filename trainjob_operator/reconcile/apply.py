@@ -19,6 +19,7 @@ import logging
 from typing import Any
 
 from trainjob_operator.api.models import ManifestError, parse_trainjob
+from trainjob_operator.constants import API_VERSION, KIND, NAME_LABEL, TIMESTAMP_FORMAT
 from trainjob_operator.kube import ApiError, KubeClient
 from trainjob_operator.reconcile.plan import (
     OPERATOR_STATUS_KEYS,
@@ -32,7 +33,6 @@ from trainjob_operator.reconcile.plan import (
 
 logger = logging.getLogger(__name__)
 
-NAME_LABEL = "trainjob.dev/name"
 CHILD_KINDS = ("Pod", "Service", "ConfigMap", "ServiceAccount", "Role", "RoleBinding")
 #: Longest Event message posted (the API server keeps it; kubectl describe shows it).
 EVENT_MESSAGE_LIMIT = 2048
@@ -57,14 +57,14 @@ def read_children(client: KubeClient, namespace: str, name: str) -> list[dict[st
 def post_event(client: KubeClient, obj: dict[str, Any], event: Event, now: dt.datetime) -> None:
     """A core/v1 Event on the TrainJob (best effort)."""
     meta = obj["metadata"]
-    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = now.strftime(TIMESTAMP_FORMAT)
     body = {
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
         "involvedObject": {
-            "apiVersion": obj.get("apiVersion", "trainjob.dev/v1alpha1"),
-            "kind": "TrainJob",
+            "apiVersion": obj.get("apiVersion", API_VERSION),
+            "kind": KIND,
             "name": meta["name"],
             "namespace": meta["namespace"],
             "uid": meta.get("uid"),
@@ -101,15 +101,13 @@ def execute_plan(client: KubeClient, obj: dict[str, Any], plan: Plan, now: dt.da
             plan.fail_rejected_child(manifest, exc.body, now)
             break
     if plan.delete_trainjob:
-        client.delete("TrainJob", namespace, name)
+        client.delete(KIND, namespace, name)
     else:
         patch = plan.status_patch()
         if patch is not None:
-            client.patch("TrainJob", namespace, name, {"status": patch}, subresource="status")
+            client.patch(KIND, namespace, name, {"status": patch}, subresource="status")
         if plan.annotations:
-            client.patch(
-                "TrainJob", namespace, name, {"metadata": {"annotations": plan.annotations}}
-            )
+            client.patch(KIND, namespace, name, {"metadata": {"annotations": plan.annotations}})
     for event in plan.events:
         post_event(client, obj, event, now)
 
@@ -119,7 +117,7 @@ def reconcile_trainjob(
 ) -> Plan | None:
     """Bring one TrainJob's children and status to what its spec asks for."""
     now = now or _now()
-    obj = client.get("TrainJob", namespace, name)
+    obj = client.get(KIND, namespace, name)
     if obj is None or obj["metadata"].get("deletionTimestamp"):
         return None  # gone: owner references let the garbage collector delete the children
     meta = obj["metadata"]

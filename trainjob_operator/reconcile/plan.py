@@ -55,11 +55,14 @@ from trainjob_operator.api.models import (
     ValidationPoolStatus,
     WorkersStatus,
 )
-
-ROLE_LABEL = "trainjob.dev/role"
-ATTEMPT_LABEL = "trainjob.dev/attempt"
-LAST_DEMAND_ANNOTATION = "trainjob.dev/validation-last-demand"
-SPEC_HASH_ANNOTATION = "trainjob.dev/spec-hash"
+from trainjob_operator.constants import (
+    ATTEMPT_LABEL,
+    LAST_DEMAND_ANNOTATION,
+    ROLE_LABEL,
+    SPEC_HASH_ANNOTATION,
+    format_time,
+    parse_time,
+)
 
 #: status keys the operator owns (and writes); the driver owns the others (progress,
 #: checkpoints, validations, workerFailures).
@@ -216,7 +219,7 @@ def _seconds(now: dt.datetime) -> dt.datetime:
 
 
 def _ts(now: dt.datetime) -> str:
-    return now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time(now)
 
 
 def _parse_ts(value: Any) -> dt.datetime | None:
@@ -224,7 +227,7 @@ def _parse_ts(value: Any) -> dt.datetime | None:
         return None
     if isinstance(value, dt.datetime):
         return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-    return dt.datetime.strptime(str(value), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+    return parse_time(str(value))
 
 
 def _read_status(status: StatusInput | None) -> TrainJobStatus:

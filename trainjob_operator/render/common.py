@@ -13,14 +13,28 @@ import hashlib
 import json
 import math
 import os
-import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from trainjob_operator.api.models import API_VERSION, KIND, TrainJob
+from trainjob_operator.api.models import TrainJob
+from trainjob_operator.api.quantity import parse_quantity
 from trainjob_operator.api.tpu import GKE_TPU_ACCELERATOR_LABEL, GKE_TPU_TOPOLOGY_LABEL
+from trainjob_operator.constants import (
+    API_VERSION,
+    APP_LABEL,
+    ATTEMPT_LABEL,
+    KIND,
+    KUEUE_POD_GROUP_NAME,
+    KUEUE_POD_GROUP_TOTAL_COUNT,
+    KUEUE_QUEUE_LABEL,
+    MANAGED_BY_LABEL,
+    NAME_LABEL,
+    ROLE_LABEL,
+    SLICE_LABEL,
+    SPEC_HASH_ANNOTATION,
+)
 from trainjob_operator.render.names import (
     GCS_PORT,
     check_dns_label,
@@ -76,22 +90,7 @@ __all__ = [
 
 # --------------------------------------------------------------------------- constants
 
-APP_LABEL = "app.kubernetes.io/name"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-NAME_LABEL = "trainjob.dev/name"
-"""The TrainJob's name; the headless Service selects on it alone (all pods of the job)."""
-ROLE_LABEL = "trainjob.dev/role"
-"""``head``, ``worker``, ``validation`` or ``driver``."""
-SLICE_LABEL = "trainjob.dev/slice"
-"""Index of the TPU slice of a TPU worker pod (``"0"``, ``"1"``...)."""
-ATTEMPT_LABEL = "trainjob.dev/attempt"
-"""Whole-cluster restart counter (``status.restarts``) on every pod; a restart renders new pods."""
-SPEC_HASH_ANNOTATION = "trainjob.dev/spec-hash"
-"""Hash of the rendered object (without this annotation); a change means "recreate"."""
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-KUEUE_POD_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"
-"""Kueue reads it as a label; it is also set as an annotation for tools that look there."""
-KUEUE_POD_GROUP_TOTAL_COUNT = "kueue.x-k8s.io/pod-group-total-count"
+# The label and annotation keys live in trainjob_operator.constants (re-exported here).
 
 DASHBOARD_PORT = 8265
 CLIENT_PORT = 10001
@@ -427,28 +426,6 @@ def finalize(obj: dict[str, Any]) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- quantities
 
-_SUFFIXES: dict[str, float] = {
-    "": 1.0,
-    "n": 1e-9,
-    "u": 1e-6,
-    "m": 1e-3,
-    "k": 1e3,
-    "M": 1e6,
-    "G": 1e9,
-    "T": 1e12,
-    "P": 1e15,
-    "E": 1e18,
-    "Ki": 2.0**10,
-    "Mi": 2.0**20,
-    "Gi": 2.0**30,
-    "Ti": 2.0**40,
-    "Pi": 2.0**50,
-    "Ei": 2.0**60,
-}
-_QUANTITY_RE = re.compile(
-    r"^\+?([0-9]+(?:\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+|[KMGTPE]i|[numkMGTPE])?$"
-)
-
 
 def cpu_cores(value: int | str) -> float:
     """A Kubernetes quantity as a number (``"500m"`` -> 0.5, ``"2"`` -> 2.0, ``4`` -> 4.0).
@@ -456,15 +433,7 @@ def cpu_cores(value: int | str) -> float:
     Raises:
         ValueError: for a string that is not a quantity.
     """
-    if isinstance(value, int):
-        return float(value)
-    match = _QUANTITY_RE.match(value.strip())
-    if not match:
-        raise ValueError(f"{value!r} is not a Kubernetes quantity")
-    number, suffix = match.group(1), match.group(2) or ""
-    if suffix[:1] in ("e", "E"):
-        return float(number + suffix)
-    return float(number) * _SUFFIXES[suffix]
+    return parse_quantity(value)
 
 
 def ray_cpus(value: int | str | None, default: int = 1) -> int:

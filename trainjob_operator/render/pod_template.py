@@ -30,6 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainjob_operator.constants import LABEL_PREFIX
+
 __all__ = [
     "POD_TEMPLATE_KEYS",
     "RESERVED_LABEL_KEYS",
@@ -59,7 +61,7 @@ POD_TEMPLATE_KEYS: dict[str, str] = {
 }
 """The accepted ``spec.podTemplate`` keys and what each one does."""
 
-RESERVED_LABEL_PREFIXES = ("trainjob.dev/", "kueue.x-k8s.io/")
+RESERVED_LABEL_PREFIXES = (LABEL_PREFIX, "kueue.x-k8s.io/")
 """Label and annotation key prefixes owned by the operator."""
 RESERVED_LABEL_KEYS = frozenset({"app.kubernetes.io/name", "app.kubernetes.io/managed-by"})
 """Label keys owned by the operator."""

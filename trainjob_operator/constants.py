@@ -1,0 +1,103 @@
+"""The operator's vocabulary, each string once: the API's names, label and annotation keys, times.
+
+Like KubeRay's ``utils/constant.go`` and Kubeflow Trainer's ``constants.py``: every label and
+annotation key the operator writes or reads is defined here, with what it means, and every other
+module imports it from here. Standard library only (``tests/test_import_graph.py``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Final
+
+__all__ = [
+    "API_VERSION",
+    "APP_LABEL",
+    "ATTEMPT_LABEL",
+    "FINALIZER",
+    "GROUP",
+    "KIND",
+    "KUEUE_POD_GROUP_NAME",
+    "KUEUE_POD_GROUP_TOTAL_COUNT",
+    "KUEUE_QUEUE_LABEL",
+    "LABEL_PREFIX",
+    "LAST_DEMAND_ANNOTATION",
+    "MANAGED_BY_LABEL",
+    "NAME_LABEL",
+    "PLURAL",
+    "ROLE_LABEL",
+    "SLICE_LABEL",
+    "SPEC_HASH_ANNOTATION",
+    "TIMESTAMP_FORMAT",
+    "VERSION",
+    "format_time",
+    "now",
+    "parse_time",
+]
+
+# --------------------------------------------------------------------------- the API
+
+GROUP = "trainjob.dev"
+"""The API group of the TrainJob resource."""
+VERSION = "v1alpha1"
+"""The served (and stored) version of the TrainJob resource."""
+API_VERSION = f"{GROUP}/{VERSION}"
+"""``apiVersion`` of TrainJob objects."""
+KIND: Final = "TrainJob"
+"""``kind`` of TrainJob objects."""
+PLURAL = "trainjobs"
+"""Plural resource name (``kubectl get trainjobs``)."""
+
+# --------------------------------------------------------------------------- labels, annotations
+
+LABEL_PREFIX = f"{GROUP}/"
+"""Prefix of the operator's own label and annotation keys (reserved: users cannot set them)."""
+NAME_LABEL = f"{GROUP}/name"
+"""The TrainJob's name, on every child; the headless Service selects on it alone (all pods of
+the job), and the reconciler lists a job's children by it."""
+ROLE_LABEL = f"{GROUP}/role"
+"""``head``, ``worker``, ``validation`` or ``driver``."""
+SLICE_LABEL = f"{GROUP}/slice"
+"""Index of the TPU slice of a TPU worker pod (``"0"``, ``"1"``...)."""
+ATTEMPT_LABEL = f"{GROUP}/attempt"
+"""Whole-cluster restart counter (``status.restarts``) on every pod; a restart renders new pods."""
+SPEC_HASH_ANNOTATION = f"{GROUP}/spec-hash"
+"""Hash of the rendered object (without this annotation); a change means "recreate"."""
+LAST_DEMAND_ANNOTATION = f"{GROUP}/validation-last-demand"
+"""On the TrainJob: when the validation pool last had work (scale-to-zero after an idle time)."""
+FINALIZER = f"{GROUP}/finalizer"
+"""kopf's finalizer on TrainJobs (the operator's persistence settings)."""
+APP_LABEL = "app.kubernetes.io/name"
+"""The recommended Kubernetes application-name label."""
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+"""The recommended "managed by" label (``trainjob-operator``)."""
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+"""Kueue's LocalQueue of the job's pods (``spec.queueName``)."""
+KUEUE_POD_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"
+"""Kueue reads it as a label; it is also set as an annotation for tools that look there."""
+KUEUE_POD_GROUP_TOTAL_COUNT = "kueue.x-k8s.io/pod-group-total-count"
+"""Kueue's pod-group size annotation (all pods admitted together)."""
+
+# --------------------------------------------------------------------------- times
+
+TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+"""Kubernetes' RFC 3339 form, in UTC and whole seconds, of every time in a TrainJob's status."""
+
+
+def format_time(moment: dt.datetime) -> str:
+    """``moment`` in :data:`TIMESTAMP_FORMAT` (converted to UTC; a naive time is taken as local)."""
+    return moment.astimezone(dt.UTC).strftime(TIMESTAMP_FORMAT)
+
+
+def now() -> str:
+    """The current time in :data:`TIMESTAMP_FORMAT`."""
+    return format_time(dt.datetime.now(dt.UTC))
+
+
+def parse_time(value: str) -> dt.datetime:
+    """A :data:`TIMESTAMP_FORMAT` string as an aware UTC datetime.
+
+    Raises:
+        ValueError: for a string in another form.
+    """
+    return dt.datetime.strptime(value, TIMESTAMP_FORMAT).replace(tzinfo=dt.UTC)
