@@ -85,7 +85,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import datetime as dt
 import itertools
 import json
 import logging
@@ -112,6 +111,7 @@ from typing import IO, Any
 
 import yaml
 
+from trainjob_operator.constants import now
 from trainjob_operator.kube import ApiError, KubeClient, KubeConfig
 
 __all__ = [
@@ -162,7 +162,7 @@ class PodProcess:
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return now()
 
 
 def _free_port() -> int:
@@ -172,9 +172,9 @@ def _free_port() -> int:
 
 
 def _quantity(value: Any) -> float:
-    from trainjob_operator.render.common import cpu_cores  # a Kubernetes quantity parser
+    from trainjob_operator.api.quantity import parse_quantity
 
-    return cpu_cores(value if isinstance(value, int) else str(value))
+    return parse_quantity(value if isinstance(value, int) else str(value))
 
 
 def expand_env_refs(text: str, env: Mapping[str, str]) -> str:
