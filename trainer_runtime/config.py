@@ -27,10 +27,14 @@ class ScalingConfig:
     ``num_workers=0`` is local mode: the train function runs in this process
     (or in each ``torchrun`` process) without Ray.
 
-    TPUs (``use_tpu=True``) need ``accelerator_type`` (``v6e``, ``v5e``, ``v5p``, ``v4``, or
-    Ray's ``TPU-V6E``, ``TPU-V5LITEPOD``...) and ``topology`` (``4x4``...). There is one
-    worker per TPU host: ``num_workers`` must be hosts per slice x ``num_slices`` (see
-    :mod:`trainer_runtime.tpu`), each worker gets ``{"TPU": chips per host}`` plus any other
+    TPUs (``use_tpu=True``), as in Ray Train: one worker on a single TPU host needs nothing
+    more (it asks for ``{"TPU": 1}``, or the ``TPU`` entry of ``resources_per_worker``; an
+    ``accelerator_type`` without a ``topology`` is only checked for validity). More workers
+    need ``accelerator_type`` (``v6e``, ``v5e``, ``v5p``, ``v4``, or Ray's ``TPU-V6E``,
+    ``TPU-V5LITEPOD``...) and ``topology`` (``4x4``...). There is one worker per TPU host:
+    ``num_workers`` must be a multiple of the hosts per slice, and the number of slices is
+    ``num_workers / hosts`` (``num_slices``, when given, must agree; see
+    :mod:`trainer_runtime.tpu`). Each worker gets ``{"TPU": chips per host}`` plus any other
     ``resources_per_worker``, and each slice is reserved as a unit (see
     :class:`~trainer_runtime.worker_group.WorkerGroup`); ``placement_strategy`` does not apply.
     """
@@ -42,7 +46,9 @@ class ScalingConfig:
     use_tpu: bool = False
     topology: str | None = None
     accelerator_type: str | None = None
-    num_slices: int = 1
+    #: TPU slices; 0 (the default) infers it from ``num_workers`` and the topology. It is
+    #: always >= 1 after construction.
+    num_slices: int = 0
     #: Seconds to wait for the cluster to grant every worker's resources.
     placement_timeout_s: float = 600.0
 
@@ -69,11 +75,28 @@ class ScalingConfig:
                         f"ScalingConfig.resources_per_worker[{key!r}] must be a number >= 0, "
                         f"got {value!r}"
                     )
-        if not isinstance(self.num_slices, int) or self.num_slices < 1:
-            raise ValueError(f"ScalingConfig.num_slices must be an int >= 1, got {self.num_slices}")
-        if self.use_tpu:
-            from trainer_runtime.tpu import validate_tpu_scaling
+        if (
+            not isinstance(self.num_slices, int)
+            or isinstance(self.num_slices, bool)
+            or self.num_slices < 0
+        ):
+            raise ValueError(
+                f"ScalingConfig.num_slices must be an int >= 1 (0: inferred), got "
+                f"{self.num_slices!r}"
+            )
+        if self.use_tpu and self.topology is None and self.num_workers <= 1:
+            from trainer_runtime.tpu import validate_single_host_tpu
 
+            validate_single_host_tpu(
+                self.accelerator_type, self.num_slices, self.resources_per_worker
+            )
+            self.num_slices = 1
+        elif self.use_tpu:
+            from trainer_runtime.tpu import infer_num_slices, validate_tpu_scaling
+
+            self.num_slices = infer_num_slices(
+                self.num_workers, self.accelerator_type, self.topology, self.num_slices
+            )
             validate_tpu_scaling(
                 num_workers=self.num_workers,
                 topology=self.topology,
@@ -87,7 +110,7 @@ class ScalingConfig:
                 for name, value in (
                     ("topology", self.topology),
                     ("accelerator_type", self.accelerator_type),
-                    ("num_slices", self.num_slices if self.num_slices != 1 else None),
+                    ("num_slices", self.num_slices if self.num_slices > 1 else None),
                 )
                 if value is not None
             ]
@@ -96,6 +119,7 @@ class ScalingConfig:
                     f"ScalingConfig: {', '.join(given)} only apply to TPUs; set use_tpu=True "
                     "(or remove them)"
                 )
+            self.num_slices = 1
 
     @property
     def local_mode(self) -> bool:
@@ -105,8 +129,8 @@ class ScalingConfig:
     @property
     def tpu_shape(self) -> TpuSliceShape | None:
         """The shape of one TPU slice (hosts, chips per host, pod type), or None without TPUs."""
-        if not self.use_tpu:
-            return None
+        if not self.use_tpu or self.topology is None:
+            return None  # no TPU, or a single TPU host (no slice to reserve)
         from trainer_runtime.tpu import slice_shape
 
         assert self.topology is not None and self.accelerator_type is not None
@@ -132,6 +156,21 @@ class ScalingConfig:
             resources = {"CPU": 1.0}
         if self.use_gpu:
             resources.setdefault("GPU", 1.0)
+        if self.use_tpu:  # a single TPU host, as Ray Train: {"TPU": 1} unless given
+            resources = {k: v for k, v in resources.items() if k.upper() != "TPU"} | {
+                "TPU": float(
+                    next(
+                        (
+                            v
+                            for k, v in (self.resources_per_worker or {}).items()
+                            if k.upper() == "TPU"
+                        ),
+                        1.0,
+                    )
+                )
+            }
+            if self.resources_per_worker is None:
+                resources.pop("CPU", None)
         return resources
 
 

@@ -135,6 +135,43 @@ def validate_tpu_scaling(
     return shape
 
 
+def infer_num_slices(
+    num_workers: int, accelerator_type: str | None, topology: str | None, num_slices: int
+) -> int:
+    """The slice count: ``num_slices`` when given (>= 1), else ``num_workers`` / hosts per
+    slice when that divides evenly, as Ray Train infers it (else 1: the check that follows
+    names the valid choices)."""
+    if num_slices >= 1:
+        return num_slices
+    if not (accelerator_type and topology) or num_workers < 1:
+        return 1
+    try:
+        hosts = slice_shape(accelerator_type, topology).hosts
+    except ValueError:
+        return 1  # validate_tpu_scaling names the valid choices
+    return num_workers // hosts if num_workers % hosts == 0 else 1
+
+
+def validate_single_host_tpu(
+    accelerator_type: str | None,
+    num_slices: int,
+    resources_per_worker: Mapping[str, float] | None,
+) -> None:
+    """Check ``use_tpu=True`` with one worker and no topology (one TPU host, as in Ray)."""
+    if accelerator_type:
+        get_generation(accelerator_type)  # a clear error for an unknown type
+    if num_slices > 1:
+        raise ValueError(
+            f"ScalingConfig.num_slices={num_slices} needs a topology (the slice shape); "
+            "one worker without a topology runs on a single TPU host"
+        )
+    tpu = _tpu_entry(resources_per_worker)
+    if tpu is not None and tpu <= 0:
+        raise ValueError(
+            f"ScalingConfig(use_tpu=True): resources_per_worker['TPU'] must be > 0, got {tpu:g}"
+        )
+
+
 def _tpu_entry(resources: Mapping[str, float] | None) -> float | None:
     for key, value in (resources or {}).items():
         if key.upper() == RAY_TPU_RESOURCE or key == GKE_TPU_RESOURCE:

@@ -322,7 +322,7 @@ class WorkerGroup:
         TPU groups reserve one placement group per slice first (see :meth:`_reserve_tpu`);
         no actor starts before every slice is reserved.
         """
-        if self.scaling.use_tpu:
+        if self.scaling.tpu_shape is not None:  # TPU slices (a single host needs none)
             try:
                 self._start_tpu()
             except BaseException:

@@ -160,8 +160,8 @@ def test_a_failing_train_function_raises_the_same_exceptions(
     for train, error in errors.values():
         assert isinstance(error, train.WorkerGroupError)
         assert not isinstance(error, train.ControllerError)
-        assert set(error.worker_failures) == {0, 1}
-        assert all(isinstance(e, ZeroDivisionError) for e in error.worker_failures.values())
+        assert set(error.worker_failures) == {0}  # only the rank that raised
+        assert isinstance(error.worker_failures[0], ZeroDivisionError)
 
 
 def test_validation_without_a_trainer_config_is_the_same_value_error(

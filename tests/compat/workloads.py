@@ -45,8 +45,9 @@ def steps_train(config: dict[str, Any]) -> None:
 
     ``losses`` gives the ``loss`` metric per step; ``mode`` the upload mode; ``fail_at``
     raises on rank 0 at that step while ``fail_marker`` does not exist yet (creating it, so
-    the next attempt passes); ``always_fail`` raises ZeroDivisionError at step 1; ``log``
-    collects what ``get_checkpoint()`` returned on rank 0 at the start and after each report.
+    the next attempt passes); ``always_fail`` raises ZeroDivisionError on rank 0 at step 1;
+    ``log`` collects what ``get_checkpoint()`` returned on rank 0 at the start and after each
+    report.
     """
     train = api(config)
     ctx = train.get_context()
@@ -56,7 +57,7 @@ def steps_train(config: dict[str, Any]) -> None:
     first = 0 if start is None else start + 1
     mode = getattr(train.CheckpointUploadMode, config.get("mode", "SYNC"))
     for step in range(first, int(config["steps"])):
-        if config.get("always_fail") and step == 1:
+        if config.get("always_fail") and step == 1 and rank == 0:
             raise ZeroDivisionError("the user's bug")
         marker = config.get("fail_marker")
         if rank == 0 and step == config.get("fail_at") and marker and not os.path.exists(marker):

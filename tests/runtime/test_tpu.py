@@ -166,9 +166,17 @@ def test_tpu_scaling_config_derives_hosts_and_resources() -> None:
             r"use num_workers=4 for num_slices=1",
         ),
         (
-            {"num_workers": 8, **V6E_4X4},
+            {"num_workers": 8, "num_slices": 1, **V6E_4X4},
             r"num_workers=8 but 1 slice\(s\) of v6e 4x4 have 4 host\(s\) x 1 = 4.*"
             r"use num_workers=4, or num_slices=2",
+        ),
+        (
+            {"num_workers": 1, "use_tpu": True, "accelerator_type": "v3"},
+            r"unknown TPU accelerator type 'v3'; valid types: v6e, v5e, v5p, v4",
+        ),
+        (
+            {"num_workers": 1, "use_tpu": True, "num_slices": 2},
+            r"num_slices=2 needs a topology",
         ),
         (
             {"num_workers": 4, "num_slices": 2, **V6E_4X4},
@@ -554,3 +562,20 @@ def test_impossible_requests_fail_with_a_clear_timeout_error(
     assert "could not reserve TPU slice 1 of 1 (v6e 8x8: pod type v6e-64, 16 host(s)" in text
     assert "no free 'TPU-v6e-64-head' resource" in text
     assert "0 v6e-64 slice(s), TPU heads {TPU-v6e-16-head: 2 (2 free), TPU-v6e-8-head: 1" in text
+
+
+def test_the_slice_count_is_inferred_from_the_workers_as_ray_does() -> None:
+    assert ScalingConfig(num_workers=8, **V6E_4X4).num_slices == 2
+    assert ScalingConfig(num_workers=4, **V6E_4X4).num_slices == 1
+    assert ScalingConfig(num_workers=8, num_slices=2, **V6E_4X4).num_slices == 2  # still accepted
+    assert ScalingConfig(num_workers=2).num_slices == 1
+
+
+def test_one_worker_on_a_single_tpu_host_needs_no_topology() -> None:
+    single = ScalingConfig(num_workers=1, use_tpu=True)  # as in Ray Train
+    assert single.tpu_shape is None and single.num_slices == 1
+    assert single.worker_resources() == {"TPU": 1.0}
+    typed = ScalingConfig(num_workers=1, use_tpu=True, accelerator_type="TPU-V6E")
+    assert typed.worker_resources() == {"TPU": 1.0}
+    custom = ScalingConfig(num_workers=1, use_tpu=True, resources_per_worker={"TPU": 4, "CPU": 2})
+    assert custom.worker_resources() == {"CPU": 2, "TPU": 4.0}
