@@ -251,8 +251,8 @@ class TrainSession:
                 raise ReportError(
                     f"report(): checkpoint folder {folder} contains this run's {what} {path}, "
                     f"and delete_local_checkpoint_after_upload=True{why} would delete it. "
-                    "Write the checkpoint to a new temporary folder (tempfile.mkdtemp()) or a "
-                    "sub-folder of it, or pass delete_local_checkpoint_after_upload=False"
+                    "Write the checkpoint to a new temporary folder (tempfile.mkdtemp()), or "
+                    "pass delete_local_checkpoint_after_upload=False"
                 )
 
     # -- uploads --------------------------------------------------------------------------
