@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Provision kube-apiserver, kube-controller-manager and etcd for the cluster tests (envtest style).
+# Provision the Kubernetes 1.20.2 binaries and etcd for the cluster tests: kube-apiserver and
+# kube-controller-manager for the envtest tier, kube-scheduler, kubelet and kube-proxy for the
+# real-node tier (tests/support/node.py) and the scheduler placement tests.
 #
 # Idempotent:
 #   1. If $KUBEBUILDER_ASSETS is set and holds kube-apiserver and etcd, nothing is done.
 #   2. Else if the cache folder
 #        ${TRAINJOB_ENVTEST_CACHE:-$HOME/.cache/trainjob-operator/envtest/1.20.2}
-#      holds kube-apiserver, etcd and kube-controller-manager, nothing is done.
+#      holds every binary in CACHED_BINARIES below, nothing is done.
 #   3. Else the binaries are built from Debian bookworm's kubernetes source package (the recipe of
 #      DESIGN.md, "Provisioning kube-apiserver and etcd here") and put in the cache folder.
 #
@@ -29,7 +31,11 @@ DEB_SOURCE_VERSION="${TRAINJOB_ENVTEST_DEB_VERSION:-1.20.5+really1.20.2-1.1+deb1
 SUITE="bookworm"
 CACHE_DIR="${TRAINJOB_ENVTEST_CACHE:-$HOME/.cache/trainjob-operator/envtest/${K8S_VERSION}}"
 REFLECT2_SRC="/usr/share/gocode/src/github.com/modern-go/reflect2"
-APT_PACKAGES=(etcd-server golang-go rsync golang-github-modern-go-reflect2-dev dpkg-dev)
+# gcc and libc6-dev: the kubelet is not a static binary (Kubernetes' build links it with cgo).
+APT_PACKAGES=(etcd-server golang-go rsync golang-github-modern-go-reflect2-dev dpkg-dev gcc libc6-dev)
+# What the cache folder must hold to count as provisioned (etcd is copied from Debian's package).
+CACHED_BINARIES=(kube-apiserver etcd kube-controller-manager kube-scheduler kubelet kube-proxy)
+BUILT_COMMANDS="cmd/kube-apiserver cmd/kube-controller-manager cmd/kube-scheduler cmd/kubelet cmd/kube-proxy"
 
 log() { printf '[provision-envtest %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() {
@@ -37,10 +43,13 @@ die() {
     exit 1
 }
 
-has_assets() { # dir [require-controller-manager]
-    local dir="$1" need_kcm="${2:-0}"
+has_assets() { # dir [require-every-cached-binary]
+    local dir="$1" need_all="${2:-0}" name
     [[ -n "$dir" && -x "$dir/kube-apiserver" && -x "$dir/etcd" ]] || return 1
-    [[ "$need_kcm" == 0 || -x "$dir/kube-controller-manager" ]]
+    [[ "$need_all" == 0 ]] && return 0
+    for name in "${CACHED_BINARIES[@]}"; do
+        [[ -x "$dir/$name" ]] || return 1
+    done
 }
 
 if [[ -n "${KUBEBUILDER_ASSETS:-}" ]] && has_assets "$KUBEBUILDER_ASSETS"; then
@@ -189,14 +198,16 @@ KUBE_GIT_MINOR='$(echo "$K8S_VERSION" | cut -d. -f2)'
 EOF
 
 log "go version: $(go version)"
-log "building cmd/kube-apiserver cmd/kube-controller-manager (several minutes)"
+log "building $BUILT_COMMANDS (about 10 minutes on 2 cores)"
 build_started=$(date +%s)
 (
     cd "$tree"
-    export GOPATH="$workdir/gopath" GOCACHE="$workdir/gocache" CGO_ENABLED=0
+    # No CGO_ENABLED here: Kubernetes' build makes the static binaries with cgo off itself and
+    # links the kubelet with cgo, as upstream releases do.
+    export GOPATH="$workdir/gopath" GOCACHE="$workdir/gocache"
     export GO111MODULE=off GOFLAGS="" GOPROXY=off GOTOOLCHAIN=local
     export KUBE_GIT_VERSION_FILE="$workdir/version.env"
-    make WHAT="cmd/kube-apiserver cmd/kube-controller-manager"
+    make WHAT="$BUILT_COMMANDS"
 ) >&2
 log "build took $(($(date +%s) - build_started))s"
 
@@ -214,7 +225,9 @@ etcd_bin="$(command -v etcd || echo /usr/bin/etcd)"
 staging="$CACHE_DIR.new.$$"
 rm -rf "$staging"
 mkdir -p "$staging"
-cp "$bindir/kube-apiserver" "$bindir/kube-controller-manager" "$staging/"
+for name in "${CACHED_BINARIES[@]}"; do
+    [[ "$name" == etcd ]] || cp "$bindir/$name" "$staging/"
+done
 # A copy, not a link: the cache keeps working if the etcd-server package is removed later.
 cp "$etcd_bin" "$staging/etcd"
 chmod 0755 "$staging"/*

@@ -80,7 +80,15 @@ SCRIPT_ENV = "TRAINJOB_ENVTEST_SCRIPT"
 KEEP_ENV = "TRAINJOB_ENVTEST_KEEP"
 
 REQUIRED_BINARIES = ("kube-apiserver", "etcd")
-CACHED_BINARIES = (*REQUIRED_BINARIES, "kube-controller-manager")
+CACHED_BINARIES = (
+    *REQUIRED_BINARIES,
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubelet",
+    "kube-proxy",
+)
+"""What ``scripts/provision-envtest.sh`` puts in the cache folder (its ``CACHED_BINARIES``): the
+envtest tier uses the first three, the real-node tier and the scheduler tests all of them."""
 
 ADMIN_USER = "envtest-admin"
 """The user of :attr:`EnvTest.token`, in group ``system:masters`` (all permissions)."""
@@ -141,7 +149,7 @@ def find_assets() -> Path | None:
     """The folder with ``kube-apiserver`` and ``etcd``, or None when there is none yet.
 
     ``$KUBEBUILDER_ASSETS`` first (it needs ``kube-apiserver`` and ``etcd``), then the cache
-    folder (:func:`default_cache_dir`, which also needs ``kube-controller-manager``).
+    folder (:func:`default_cache_dir`, which must hold every one of :data:`CACHED_BINARIES`).
     """
     env = os.environ.get(ASSETS_ENV)
     if env and _has_binaries(Path(env), REQUIRED_BINARIES):
