@@ -413,7 +413,7 @@ def request_costs(env: Any, api: Api, repeats: int = 10) -> dict[str, Any]:
 
 def expected_children(template: dict[str, Any]) -> dict[str, int]:
     """What the operator's renderer makes for one TrainJob of this manifest, by kind."""
-    from trainjob_operator.api.models import parse_trainjob
+    from trainjob_operator.api import parse_trainjob
     from trainjob_operator.render import render_for_reconcile
 
     obj = _job_body("probe", template)

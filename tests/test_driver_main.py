@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from trainjob_operator.api.models import TrainJob, load_trainjobs, parse_trainjob
+from trainjob_operator.api import TrainJob, load_trainjobs, parse_trainjob
 from trainjob_operator.driver import EntrypointError, build_trainer, plan_run
 from trainjob_operator.driver_main import load_job
 from trainjob_operator.render import render_driver_pod, render_worker_pods

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from trainjob_operator import constants
-from trainjob_operator.api.models import TrainJob
+from trainjob_operator.api import TrainJob
 from trainjob_operator.api.quantity import parse_quantity
 
 REPO = Path(__file__).resolve().parents[1]

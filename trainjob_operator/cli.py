@@ -33,7 +33,7 @@ EXIT_INVALID = 2
 
 
 def _validate_command(args: argparse.Namespace) -> int:
-    from trainjob_operator.api.models import load_documents
+    from trainjob_operator.api.manifest import load_documents
 
     out: TextIO = sys.stdout
     failed = False

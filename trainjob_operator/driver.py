@@ -20,15 +20,10 @@ from typing import Any
 
 from trainer_runtime.callbacks import Callback
 from trainer_runtime.checkpoint_manager import CheckpointRecord, CheckpointStatus
-from trainjob_operator.api.models import (
-    ConditionType,
-    Phase,
-    Reason,
-    TrainJob,
-    TrainJobStatus,
-    split_entrypoint,
-)
+from trainjob_operator.api.fields import split_entrypoint
 from trainjob_operator.api.quantity import parse_quantity
+from trainjob_operator.api.status import ConditionType, Phase, Reason, TrainJobStatus
+from trainjob_operator.api.trainjob import TrainJob
 from trainjob_operator.constants import now
 from trainjob_operator.render.workers import gpus_per_worker
 

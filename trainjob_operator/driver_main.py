@@ -24,7 +24,9 @@ from typing import Any
 import yaml
 
 from trainer_runtime.checkpoint_manager import CheckpointRecord
-from trainjob_operator.api.models import ManifestError, TrainJob, parse_trainjob
+from trainjob_operator.api.errors import ManifestError
+from trainjob_operator.api.manifest import parse_trainjob
+from trainjob_operator.api.trainjob import TrainJob
 from trainjob_operator.constants import KIND
 from trainjob_operator.driver import EntrypointError, StatusTracker, build_trainer, plan_run
 from trainjob_operator.kube import ApiError, KubeClient, KubeConfig

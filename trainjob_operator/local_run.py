@@ -23,7 +23,8 @@ from typing import Any, TextIO
 
 import yaml
 
-from trainjob_operator.api.models import ManifestError, load_trainjobs
+from trainjob_operator.api.errors import ManifestError
+from trainjob_operator.api.manifest import load_trainjobs
 from trainjob_operator.constants import API_VERSION, KIND
 from trainjob_operator.driver import EntrypointError, RunPlan, StatusTracker, build_trainer
 from trainjob_operator.driver import plan_run as _plan_run

@@ -36,7 +36,8 @@ from typing import Any
 import kopf
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
-from trainjob_operator.api.models import Phase, TrainJob
+from trainjob_operator.api.status import Phase
+from trainjob_operator.api.trainjob import TrainJob
 from trainjob_operator.constants import FINALIZER, GROUP, MANAGED_BY_LABEL, PLURAL, VERSION
 from trainjob_operator.kube import KubeClient, KubeConfig
 from trainjob_operator.reconcile.apply import NAME_LABEL, Renderer, reconcile_trainjob

@@ -17,7 +17,7 @@ import yaml
 
 from tests.chart.helpers import CHART_DIR, REPO, all_of, one, render
 from tests.support import EnvTest
-from trainjob_operator.api.models import parse_trainjob
+from trainjob_operator.api import parse_trainjob
 from trainjob_operator.kube import ApiError, KubeClient, KubeConfig
 from trainjob_operator.operator_main import run_operator
 from trainjob_operator.render import render_children

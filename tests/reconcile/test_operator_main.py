@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from trainjob_operator import operator_main
-from trainjob_operator.api.models import Phase, TrainJobStatus
+from trainjob_operator.api import Phase, TrainJobStatus
 from trainjob_operator.operator_main import JsonFormatter, KeyedLocks, Operator
 from trainjob_operator.reconcile.apply import invalid_child_message
 from trainjob_operator.reconcile.plan import Plan

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.reconcile.test_plan import NOW, _desired, _job, _pod, _running
-from trainjob_operator.api.models import (
+from trainjob_operator.api import (
     ConditionType,
     Phase,
     Reason,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from trainjob_operator.api.models import TrainJob, TrainJobStatus, parse_trainjob
+from trainjob_operator.api import TrainJob, TrainJobStatus, parse_trainjob
 from trainjob_operator.reconcile.plan import (
     LAST_DEMAND_ANNOTATION,
     TERMINATION_MESSAGE_LIMIT,

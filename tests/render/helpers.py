@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainjob_operator.api.models import TrainJob, load_trainjobs, parse_trainjob
+from trainjob_operator.api import TrainJob, load_trainjobs, parse_trainjob
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from tests.render.helpers import UID, container, example, labels, make_job, tpu_job
-from trainjob_operator.api.models import TrainJob, parse_trainjob
+from trainjob_operator.api import TrainJob, parse_trainjob
 from trainjob_operator.render import (
     SPEC_HASH_ANNOTATION,
     RenderOptions,

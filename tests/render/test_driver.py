@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.render.helpers import UID, container, env, example, labels, make_job
-from trainjob_operator.api.models import parse_trainjob
+from trainjob_operator.api import parse_trainjob
 from trainjob_operator.render import (
     DRIVER_MANIFEST_ENV,
     SPEC_HASH_ANNOTATION,

@@ -18,7 +18,8 @@ import datetime as dt
 import logging
 from typing import Any
 
-from trainjob_operator.api.models import ManifestError, parse_trainjob
+from trainjob_operator.api.errors import ManifestError
+from trainjob_operator.api.manifest import parse_trainjob
 from trainjob_operator.constants import API_VERSION, KIND, NAME_LABEL, TIMESTAMP_FORMAT
 from trainjob_operator.kube import ApiError, KubeClient
 from trainjob_operator.reconcile.plan import (

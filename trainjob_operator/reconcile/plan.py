@@ -5,7 +5,7 @@ Nothing here does I/O. The operator reads the TrainJob and its children, calls
 (:mod:`trainjob_operator.reconcile.apply`). Every decision is derived from what exists now
 (level-based), so a restarted operator makes the same decisions and never duplicates children.
 
-The state machine (``status.phase``, :class:`~trainjob_operator.api.models.Phase`)::
+The state machine (``status.phase``, :class:`~trainjob_operator.api.status.Phase`)::
 
     Pending -> Starting -> Running -> Succeeded | Failed
     Pending, Starting, Running, Restarting -> Restarting   (head or driver failed; maxRestarts)
@@ -20,7 +20,7 @@ Structure, after KubeRay's ``rayjob_controller.go``:
   the pool's annotation and callback. A spec that cannot be parsed or rendered fails the job
   (:func:`plan_invalid_spec`).
 - :func:`plan_reconcile` copies the status into a typed working status
-  (:class:`~trainjob_operator.api.models.TrainJobStatus`, held by the :class:`Plan`) and
+  (:class:`~trainjob_operator.api.status.TrainJobStatus`, held by the :class:`Plan`) and
   dispatches on its phase to one function per phase (:data:`PHASE_HANDLERS`). Each is a
   sequence of small ``check_..._if_needed`` steps that look at one thing (the TTL, suspend,
   the driver, the head, lost pods, deadlines, failed workers, changed pods, the validation
@@ -46,15 +46,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from trainjob_operator.api.models import (
+from trainjob_operator.api.status import (
     ConditionType,
     Phase,
     Reason,
-    TrainJob,
     TrainJobStatus,
     ValidationPoolStatus,
     WorkersStatus,
 )
+from trainjob_operator.api.trainjob import TrainJob
 from trainjob_operator.constants import (
     ATTEMPT_LABEL,
     LAST_DEMAND_ANNOTATION,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from trainjob_operator.api.models import TrainJob
+from trainjob_operator.api.trainjob import TrainJob
 from trainjob_operator.render.common import RenderOptions, build_context, child_key
 from trainjob_operator.render.driver import (
     render_driver_pod,

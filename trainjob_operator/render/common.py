@@ -18,9 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from trainjob_operator.api.models import TrainJob
 from trainjob_operator.api.quantity import parse_quantity
 from trainjob_operator.api.tpu import GKE_TPU_ACCELERATOR_LABEL, GKE_TPU_TOPOLOGY_LABEL
+from trainjob_operator.api.trainjob import TrainJob
 from trainjob_operator.constants import (
     API_VERSION,
     APP_LABEL,

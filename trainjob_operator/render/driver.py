@@ -37,7 +37,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from trainjob_operator.api.models import API_GROUP, API_VERSION, KIND, PLURAL, TrainJob
+from trainjob_operator.api.trainjob import TrainJob
+from trainjob_operator.constants import API_VERSION, GROUP, KIND, PLURAL
 from trainjob_operator.render.common import (
     RenderContext,
     RenderOptions,
@@ -218,13 +219,13 @@ def render_driver_role(
             "metadata": object_meta(ctx, driver_name(ctx.name), common_labels(ctx, "driver")),
             "rules": [
                 {
-                    "apiGroups": [API_GROUP],
+                    "apiGroups": [GROUP],
                     "resources": [f"{PLURAL}/status"],
                     "resourceNames": [ctx.name],
                     "verbs": ["get", "patch"],
                 },
                 {
-                    "apiGroups": [API_GROUP],
+                    "apiGroups": [GROUP],
                     "resources": [PLURAL],
                     "resourceNames": [ctx.name],
                     "verbs": ["get"],

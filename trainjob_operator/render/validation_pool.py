@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainjob_operator.api.models import TrainJob
+from trainjob_operator.api.trainjob import TrainJob
 from trainjob_operator.render.common import (
     GKE_SPOT_LABEL,
     METRICS_PORT,

@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from trainjob_operator.api.models import TrainJob
 from trainjob_operator.api.tpu import GKE_TPU_RESOURCE, GKE_TPU_TOLERATION, TpuSliceShape
+from trainjob_operator.api.trainjob import TrainJob
 from trainjob_operator.render.common import (
     ATTEMPT_LABEL,
     MEGASCALE_PORT,

@@ -1,0 +1,134 @@
+"""The workers of a TrainJob: ``spec.scaling`` and its TPU slices (``spec.scaling.tpu``)."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from trainjob_operator.api.fields import ApiModel, ResourceMap, api_error, no_default
+from trainjob_operator.api.tpu import GKE_TPU_RESOURCE, TpuSliceShape, get_generation, slice_shape
+
+__all__ = ["ScalingConfig", "TpuConfig"]
+
+
+def _topology_hint(tpu: TpuConfig) -> str:
+    gen = get_generation(tpu.accelerator_type)
+    dims = re.findall(r"[0-9]+", tpu.topology)
+    if len(dims) != gen.dimensions:
+        example = next(iter(gen.topologies))
+        return f"{gen.name} topologies have {gen.dimensions} dimensions, e.g. {example}"
+    chips = math.prod(int(d) for d in dims)
+    same = [t for t in gen.topologies if math.prod(int(d) for d in t.split("x")) == chips]
+    if same:
+        return f"{chips} chips: use {' or '.join(same)}"
+    return "multi-host slices have 4 chips per host; pick a listed topology"
+
+
+class TpuConfig(ApiModel):
+    """TPU slices for the workers (GKE). Hosts per slice and chips per host are derived."""
+
+    accelerator_type: Literal["v6e", "v5e", "v5p", "v4"] = Field(
+        description="TPU generation: v6e (Trillium), v5e (v5litepod), v5p or v4."
+    )
+    topology: str = Field(
+        description=(
+            "Chip topology of one slice, as in the GKE node label "
+            "cloud.google.com/gke-tpu-topology: v5e/v6e 1x1, 2x2, 2x4, 4x4, 4x8, 8x8, 8x16, "
+            "16x16; v4/v5p 2x2x1, 2x2x2, 2x2x4, 2x4x4, 4x4x4, 4x4x8, ..."
+        )
+    )
+    num_slices: int = Field(default=1, ge=1, description="Number of slices (multislice when > 1).")
+
+    @model_validator(mode="after")
+    def _check_topology(self) -> TpuConfig:
+        try:
+            shape = slice_shape(self.accelerator_type, self.topology)
+        except ValueError as exc:
+            raise api_error(str(exc), hint=_topology_hint(self), field="topology") from None
+        self.topology = shape.topology
+        return self
+
+    @property
+    def shape(self) -> TpuSliceShape:
+        """The derived shape of one slice (hosts, chips per host, GKE labels...)."""
+        return slice_shape(self.accelerator_type, self.topology)
+
+    @property
+    def total_hosts(self) -> int:
+        """Hosts over all slices: the number of workers."""
+        return self.shape.hosts * self.num_slices
+
+
+class ScalingConfig(ApiModel):
+    """How many workers run the train function and what each one gets."""
+
+    num_workers: int = Field(
+        default=1,
+        ge=0,
+        description=(
+            "Number of workers. 0 runs the train function in the driver process (local mode). "
+            "With tpu set it is one worker per TPU host: omit it (or set 0) to derive "
+            "hosts per slice x numSlices; any other value must equal that. Default: 1 without "
+            "tpu."
+        ),
+        json_schema_extra=no_default,
+    )
+    resources_per_worker: ResourceMap = Field(
+        default_factory=dict,
+        description="Resources of each worker (e.g. cpu: '4', memory: 16Gi, nvidia.com/gpu: 1).",
+    )
+    use_gpu: bool = Field(default=False, description="Give each worker a GPU (nvidia.com/gpu).")
+    tpu: TpuConfig | None = Field(default=None, description="Run the workers on GKE TPU slices.")
+    placement_timeout_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Seconds the driver waits for the cluster to grant every worker's resources (with "
+            "tpu: to reserve every slice) each time the worker group starts, including restarts "
+            "after a worker failure. Past it the run fails at once, without retries (a "
+            "configuration error). Default 600; raise it when worker nodes are provisioned on "
+            "demand (GKE TPU node pools can take longer). Not failure.startupDeadlineSeconds: "
+            "that is the operator's deadline for the job to reach Running and does not cover "
+            "worker-group restarts later in the run."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> ScalingConfig:
+        if self.tpu is None:
+            return self
+        if self.use_gpu:
+            raise api_error(
+                "useGpu and tpu are mutually exclusive",
+                hint="remove useGpu for TPU workers, or remove tpu for GPU workers",
+                field="useGpu",
+            )
+        shape = self.tpu.shape
+        expected = self.tpu.total_hosts
+        if "num_workers" not in self.model_fields_set or self.num_workers == 0:
+            self.num_workers = expected
+        elif self.num_workers != expected:
+            raise api_error(
+                f"numWorkers is {self.num_workers} but tpu {self.tpu.accelerator_type} "
+                f"{shape.topology} has {shape.hosts} host(s) per slice x numSlices "
+                f"{self.tpu.num_slices} = {expected} (one worker per TPU host)",
+                hint=f"set numWorkers: {expected} or omit it",
+                field="numWorkers",
+            )
+        tpu_request = self.resources_per_worker.get(GKE_TPU_RESOURCE)
+        if tpu_request is not None and str(tpu_request) != str(shape.chips_per_host):
+            raise api_error(
+                f"{GKE_TPU_RESOURCE} is {tpu_request} but each {shape.topology} host has "
+                f"{shape.chips_per_host} chip(s)",
+                hint=f"omit {GKE_TPU_RESOURCE}: it is derived from the topology",
+                field=f'resourcesPerWorker["{GKE_TPU_RESOURCE}"]',
+            )
+        return self
+
+    @property
+    def tpu_shape(self) -> TpuSliceShape | None:
+        """The TPU slice shape, or ``None`` without TPUs."""
+        return None if self.tpu is None else self.tpu.shape

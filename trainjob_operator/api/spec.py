@@ -1,0 +1,299 @@
+"""The desired state of a TrainJob (``spec``): image, entrypoint, environment, validation,
+checkpoints, storage, failure budgets and the Ray cluster. The workers are in
+:mod:`trainjob_operator.api.scaling`."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field, model_validator
+
+from trainjob_operator.api.fields import (
+    ApiModel,
+    Entrypoint,
+    FreeForm,
+    ResourceMap,
+    api_error,
+)
+from trainjob_operator.api.scaling import ScalingConfig
+
+__all__ = [
+    "DEFAULT_IMAGE",
+    "DEFAULT_RAY_VERSION",
+    "STORAGE_PATH_PATTERN",
+    "CheckpointConfig",
+    "EnvVar",
+    "FailureConfig",
+    "RayConfig",
+    "RayHeadConfig",
+    "StorageConfig",
+    "TrainJobSpec",
+    "ValidationConfig",
+    "ValidationPoolConfig",
+]
+
+DEFAULT_IMAGE = "ghcr.io/trainjob-dev/trainjob-runtime:0.1.0"
+"""Container image used for the Ray head, workers and validation pool when ``spec.image`` is
+omitted: Python 3.11 with ``trainjob-operator[runtime]`` (Ray 2.60) installed."""
+DEFAULT_RAY_VERSION = "2.60.0"
+"""Ray version the runtime image ships; ``spec.ray.version`` defaults to it."""
+_ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+_GCS_BUCKET = r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]"
+STORAGE_PATH_PATTERN = rf"^(gs://{_GCS_BUCKET}(/.*)?|/.*)$"
+"""``gs://bucket[/prefix]`` or an absolute path."""
+_ENV_NAME_RE = re.compile(_ENV_NAME_PATTERN)
+_GCS_BUCKET_RE = re.compile(rf"^{_GCS_BUCKET}$")
+
+
+class EnvVar(ApiModel):
+    """An environment variable set in the head, worker and validation containers."""
+
+    name: str = Field(
+        description="Variable name.", json_schema_extra={"pattern": _ENV_NAME_PATTERN}
+    )
+    value: str | None = Field(default=None, description="Literal value (a string: quote numbers).")
+    value_from: FreeForm | None = Field(
+        default=None,
+        description="A Kubernetes EnvVarSource (secretKeyRef, configMapKeyRef, fieldRef...).",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> EnvVar:
+        if not _ENV_NAME_RE.match(self.name):
+            raise api_error(
+                f"{self.name!r} is not a valid environment variable name",
+                hint="use letters, digits, '_', '-' and '.'; do not start with a digit",
+                field="name",
+            )
+        if self.value is not None and self.value_from is not None:
+            raise api_error("set either value or valueFrom, not both", field="valueFrom")
+        return self
+
+
+class ValidationPoolConfig(ApiModel):
+    """The autoscaled pool of pods that run validation tasks (Ray resource ``validation``)."""
+
+    min_replicas: int = Field(default=0, ge=0, description="Pods kept while idle.")
+    max_replicas: int = Field(default=1, ge=1, description="Upper bound of validation pods.")
+    resources: ResourceMap = Field(
+        default_factory=dict, description="Resources of each validation pod."
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Node selector of the validation pods."
+    )
+    tolerations: list[FreeForm] = Field(
+        default_factory=list, description="Tolerations of the validation pods."
+    )
+    spot: bool = Field(
+        default=True, description="Schedule validation pods on spot (preemptible) nodes."
+    )
+    idle_seconds: int = Field(
+        default=300, ge=0, description="Scale down to minReplicas after this many idle seconds."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> ValidationPoolConfig:
+        if self.min_replicas > self.max_replicas:
+            raise api_error(
+                f"minReplicas ({self.min_replicas}) is greater than maxReplicas "
+                f"({self.max_replicas})",
+                field="minReplicas",
+            )
+        return self
+
+
+class ValidationConfig(ApiModel):
+    """Checkpoint validation: ``validate(checkpoint, config) -> metrics`` as Ray tasks."""
+
+    entrypoint: Entrypoint = Field(description="The validate function, 'package.module:function'.")
+    config: FreeForm | None = Field(
+        default=None, description="Passed to the validate function (spec.config when omitted)."
+    )
+    pool: ValidationPoolConfig = Field(
+        default_factory=ValidationPoolConfig, description="The validation pod pool."
+    )
+    max_concurrent: int = Field(
+        default=1, ge=1, description="Validations running at the same time."
+    )
+    timeout_seconds: int | None = Field(
+        default=None, ge=1, description="A validation running longer is recorded as failed."
+    )
+
+
+class CheckpointConfig(ApiModel):
+    """How checkpoints are uploaded and which are kept."""
+
+    upload_mode: Literal["async", "sync", "none"] = Field(
+        default="async",
+        description=(
+            "async: report() returns while the checkpoint uploads in the background; sync: "
+            "report() waits for the upload; none: the train function writes checkpoints straight "
+            "to their storage location (CheckpointUploadMode.NO_UPLOAD)."
+        ),
+    )
+    num_to_keep: int | None = Field(
+        default=None, ge=1, description="Keep this many checkpoints (all when omitted)."
+    )
+    score_attribute: str | None = Field(
+        default=None,
+        description=(
+            "Metric that ranks checkpoints (validation metrics included); the most recent "
+            "ones are kept when omitted."
+        ),
+    )
+    score_order: Literal["max", "min"] = Field(
+        default="max", description="Whether a higher (max) or lower (min) score is better."
+    )
+
+
+def _check_storage_path(value: str) -> str:
+    if value.startswith("gs://"):
+        bucket = value.removeprefix("gs://").split("/", 1)[0]
+        if not _GCS_BUCKET_RE.match(bucket):
+            raise api_error(
+                f"{bucket!r} is not a valid GCS bucket name",
+                hint="bucket names are 3-222 lowercase letters, digits, '-', '_' and '.'",
+            )
+        return value
+    if "://" in value:
+        scheme = value.split("://", 1)[0]
+        hint = "use gs://bucket/prefix (GCS) or an absolute path on a mounted volume"
+        if scheme == "file":
+            hint = f"write the absolute path itself: {value.removeprefix('file://')!r}"
+        raise api_error(f"storage scheme {scheme + '://'!r} is not supported", hint=hint)
+    if not value.startswith("/"):
+        raise api_error(
+            f"{value!r} must be gs://bucket/prefix or an absolute path",
+            hint="use an absolute path such as /tmp/trainjob-runs or /mnt/checkpoints",
+        )
+    return value
+
+
+class StorageConfig(ApiModel):
+    """Where checkpoints, the checkpoint manifest and results are written."""
+
+    path: Annotated[str, AfterValidator(_check_storage_path)] = Field(
+        description="gs://bucket/prefix or an absolute path (a mounted volume in a cluster).",
+        json_schema_extra={"pattern": STORAGE_PATH_PATTERN},
+    )
+    service_account_name: str | None = Field(
+        default=None,
+        description="ServiceAccount of the pods (bind it to a GCP service account for GCS).",
+    )
+
+
+class FailureConfig(ApiModel):
+    """Retry budgets and deadlines."""
+
+    max_failures: int = Field(
+        default=0,
+        ge=-1,
+        description=(
+            "Worker-group restarts inside one run before the run fails; -1 means unlimited."
+        ),
+    )
+    max_restarts: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Whole-cluster restarts by the operator, resuming from the latest checkpoint."
+        ),
+    )
+    active_deadline_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "The job fails (reason DeadlineExceeded) when this many seconds have passed since "
+            "status.startTime, the time its pods were first created, whether it is Starting, "
+            "Running or Restarting (as for a Kubernetes Job). Suspended time does not count: "
+            "startTime is set again when a suspended job resumes."
+        ),
+    )
+    startup_deadline_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "The job fails when it is not Running this many seconds after status.startTime."
+        ),
+    )
+
+
+class RayHeadConfig(ApiModel):
+    """The Ray head pod (it runs the driver)."""
+
+    resources: ResourceMap = Field(default_factory=dict, description="Resources of the head pod.")
+
+
+class RayConfig(ApiModel):
+    """The embedded Ray cluster."""
+
+    version: str = Field(default=DEFAULT_RAY_VERSION, description="Ray version of the image.")
+    head: RayHeadConfig = Field(default_factory=RayHeadConfig, description="The head pod.")
+
+
+class TrainJobSpec(ApiModel):
+    """The desired state of a TrainJob."""
+
+    image: str = Field(default=DEFAULT_IMAGE, description="Container image of all pods.")
+    entrypoint: Entrypoint = Field(
+        description="The train function, 'package.module:function'; it receives spec.config."
+    )
+    config: FreeForm = Field(
+        default_factory=dict, description="Free-form config passed to the train function."
+    )
+    framework: Literal["torch", "jax"] = Field(
+        default="torch", description="Sets up torch.distributed or jax.distributed in the workers."
+    )
+    env: list[EnvVar] = Field(default_factory=list, description="Environment of all containers.")
+    pod_template: FreeForm = Field(
+        default_factory=dict,
+        description=(
+            "Free-form overrides merged into the pods the operator creates "
+            "(e.g. tolerations, volumes, volumeMounts, nodeSelector, labels, annotations)."
+        ),
+    )
+    queue_name: str | None = Field(
+        default=None, description="Kueue LocalQueue; pods are admitted as one gang."
+    )
+    scaling: ScalingConfig = Field(default_factory=ScalingConfig, description="Workers.")
+    validation: ValidationConfig | None = Field(default=None, description="Checkpoint validation.")
+    checkpoint: CheckpointConfig = Field(
+        default_factory=CheckpointConfig, description="Checkpoint upload and retention."
+    )
+    storage: StorageConfig | None = Field(
+        default=None,
+        description="Checkpoint storage (the runtime's default location when omitted).",
+    )
+    failure: FailureConfig = Field(
+        default_factory=FailureConfig, description="Retries and deadlines."
+    )
+    suspend: bool = Field(
+        default=False,
+        description="Delete the pods (keeping the checkpoints) while true (Kueue style).",
+    )
+    ttl_seconds_after_finished: int | None = Field(
+        default=None,
+        ge=0,
+        description="Delete the TrainJob this long after it succeeded or failed.",
+    )
+    keep_driver_pod: Literal["Always", "OnFailure", "Never"] = Field(
+        default="Always",
+        description=(
+            "Whether the finished job keeps its driver pod (and so its logs, kubectl logs) "
+            "when the rest of the cluster is deleted: Always, OnFailure (only when the job "
+            "failed) or Never. It is deleted with the TrainJob (ttlSecondsAfterFinished)."
+        ),
+    )
+    ray: RayConfig = Field(default_factory=RayConfig, description="The Ray cluster.")
+
+    @model_validator(mode="after")
+    def _check_env(self) -> TrainJobSpec:
+        seen: set[str] = set()
+        for index, var in enumerate(self.env):
+            if var.name in seen:
+                raise api_error(
+                    f"environment variable {var.name!r} is set twice", field=f"env[{index}].name"
+                )
+            seen.add(var.name)
+        return self

@@ -1,0 +1,242 @@
+"""The observed state of a TrainJob (``status``): phase, conditions and their reasons, and
+what the driver publishes (progress, checkpoints, validations)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field
+
+from trainjob_operator.api.fields import ApiModel, FreeForm
+
+__all__ = [
+    "BestCheckpointSummary",
+    "CheckpointSummary",
+    "Condition",
+    "ConditionType",
+    "Phase",
+    "ProgressStatus",
+    "Reason",
+    "TrainJobStatus",
+    "ValidationPoolStatus",
+    "ValidationsStatus",
+    "WorkersStatus",
+]
+
+_CONDITION_REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+
+
+class Phase(StrEnum):
+    """The single derived phase shown in ``kubectl get trainjobs``."""
+
+    PENDING = "Pending"
+    STARTING = "Starting"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+    @property
+    def finished(self) -> bool:
+        """True for the terminal phases."""
+        return self in (Phase.SUCCEEDED, Phase.FAILED)
+
+
+class ConditionType(StrEnum):
+    """``status.conditions[].type`` of a TrainJob (one condition per type)."""
+
+    CREATED = "Created"
+    RUNNING = "Running"
+    SUSPENDED = "Suspended"
+    RESTARTING = "Restarting"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class Reason(StrEnum):
+    """CamelCase reasons of TrainJob conditions and of the Events posted on a TrainJob.
+
+    Set by the operator (:mod:`trainjob_operator.reconcile`) and, for ``trainjob run`` and the
+    driver's own view of a run, by :class:`trainjob_operator.driver.StatusTracker`.
+    """
+
+    # lifecycle
+    CREATED = "Created"
+    STARTING = "Starting"
+    RUNNING = "Running"
+    CLUSTER_READY = "ClusterReady"
+    SUSPENDED = "Suspended"
+    RESUMED = "Resumed"
+    SUCCEEDED = "Succeeded"
+    DRIVER_SUCCEEDED = "DriverSucceeded"
+    TTL_EXPIRED = "TTLExpired"
+    # whole-cluster restarts (operator)
+    DRIVER_FAILED = "DriverFailed"
+    HEAD_FAILED = "HeadFailed"
+    HEAD_OR_DRIVER_LOST = "HeadOrDriverLost"
+    # failures that no restart can fix (operator)
+    INVALID_INPUT = "InvalidInput"
+    INVALID_SPEC = "InvalidSpec"
+    INVALID_CHILD = "InvalidChild"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    STARTUP_DEADLINE_EXCEEDED = "StartupDeadlineExceeded"
+    # pods replaced in place (operator Events)
+    WORKER_POD_LOST = "WorkerPodLost"
+    SPEC_CHANGED = "SpecChanged"
+    # the runtime's view of a run (driver)
+    WORKERS_READY = "WorkersReady"
+    WORKER_GROUP_FAILED = "WorkerGroupFailed"
+    TRAINING_FAILED = "TrainingFailed"
+    TRAINING_FINISHED = "TrainingFinished"
+
+
+class Condition(ApiModel):
+    """A metav1.Condition."""
+
+    type: str = Field(description="Condition type in CamelCase (Ready, Progressing...).")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(
+        description="CamelCase reason of the last transition.",
+        json_schema_extra={"pattern": _CONDITION_REASON_PATTERN},
+    )
+    message: str = Field(default="", description="Human readable details.")
+    last_transition_time: datetime = Field(description="When status last changed.")
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="metadata.generation the condition was computed from."
+    )
+
+
+class WorkersStatus(ApiModel):
+    """Worker pods."""
+
+    ready: int = Field(default=0, ge=0, description="Ready worker pods.")
+    desired: int = Field(default=0, ge=0, description="Desired worker pods.")
+
+
+class ValidationPoolStatus(ApiModel):
+    """The validation pool."""
+
+    replicas: int = Field(default=0, ge=0, description="Current validation pods.")
+
+
+class ProgressStatus(ApiModel):
+    """Training progress published by the driver."""
+
+    step: int | None = Field(default=None, ge=0, description="Last reported step (report count).")
+    metrics: FreeForm = Field(default_factory=dict, description="Last reported metrics.")
+    updated_at: datetime | None = Field(
+        default=None, description="When progress was last reported."
+    )
+
+
+class CheckpointSummary(ApiModel):
+    """A committed checkpoint."""
+
+    path: str = Field(description="Storage path of the checkpoint.")
+    step: int | None = Field(default=None, ge=0, description="Step the checkpoint was reported at.")
+    metrics: FreeForm = Field(default_factory=dict, description="Metrics of the checkpoint.")
+
+
+class BestCheckpointSummary(CheckpointSummary):
+    """The best checkpoint by spec.checkpoint.scoreAttribute."""
+
+    score: float | None = Field(default=None, description="Its value of scoreAttribute.")
+
+
+class ValidationsStatus(ApiModel):
+    """Validation task counters."""
+
+    pending: int = Field(default=0, ge=0, description="Waiting for a validation pod.")
+    running: int = Field(default=0, ge=0, description="Running.")
+    done: int = Field(default=0, ge=0, description="Finished successfully.")
+    failed: int = Field(default=0, ge=0, description="Failed or timed out.")
+
+
+class TrainJobStatus(ApiModel):
+    """The observed state of a TrainJob (phase and conditions are owned by the operator)."""
+
+    phase: Phase | None = Field(default=None, description="Derived phase.")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Conditions, one per type.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["type"],
+        },
+    )
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="metadata.generation the status was computed from."
+    )
+    start_time: datetime | None = Field(
+        default=None,
+        description=(
+            "When the job's pods were first created (cleared while suspended, set again on "
+            "resume); activeDeadlineSeconds counts from it."
+        ),
+    )
+    completion_time: datetime | None = Field(default=None, description="When the job finished.")
+    restarts: int = Field(default=0, ge=0, description="Whole-cluster restarts so far.")
+    worker_failures: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Worker-group failures in the driver's current run, each followed by a restart of "
+            "the workers from the latest committed checkpoint while failure.maxFailures allows "
+            "(published by the driver)."
+        ),
+    )
+    workers: WorkersStatus | None = Field(default=None, description="Worker pods.")
+    validation_pool: ValidationPoolStatus | None = Field(
+        default=None, description="Validation pool."
+    )
+    progress: ProgressStatus | None = Field(default=None, description="Training progress.")
+    latest_checkpoint: CheckpointSummary | None = Field(
+        default=None, description="Latest checkpoint."
+    )
+    best_checkpoint: BestCheckpointSummary | None = Field(
+        default=None, description="Best checkpoint."
+    )
+    validations: ValidationsStatus | None = Field(default=None, description="Validation tasks.")
+    message: str | None = Field(default=None, description="Human readable summary of the state.")
+
+    def condition(self, type_: str) -> Condition | None:
+        """The condition of the given type, if present."""
+        return next((c for c in self.conditions if c.type == type_), None)
+
+    def condition_true(self, type_: str) -> bool:
+        """Whether the condition of the given type is present with status True."""
+        found = self.condition(type_)
+        return found is not None and found.status == "True"
+
+    def set_condition(
+        self,
+        type_: str,
+        true: bool,
+        reason: str,
+        message: str,
+        generation: int | None,
+        now: datetime,
+    ) -> None:
+        """Set one condition (added when missing); ``lastTransitionTime`` (``now`` in UTC,
+        whole seconds) changes only when the condition's status does, ``observedGeneration``
+        only when ``generation`` is given."""
+        value: Literal["True", "False"] = "True" if true else "False"
+        stamp = now.astimezone(UTC).replace(microsecond=0)
+        found = self.condition(type_)
+        if found is None:
+            found = Condition(
+                type=type_, status=value, reason=reason, message=message, last_transition_time=stamp
+            )
+            self.conditions.append(found)
+        else:
+            if found.status != value:
+                found.last_transition_time = stamp
+            found.status = value
+            found.reason = reason
+            found.message = message
+        if generation is not None:
+            found.observed_generation = generation
+        self.conditions = self.conditions  # counts as set (a patch of the status includes it)
