@@ -25,7 +25,6 @@ from trainjob_operator.api.quantity import parse_quantity
 from trainjob_operator.api.status import ConditionType, Phase, Reason, TrainJobStatus
 from trainjob_operator.api.trainjob import TrainJob
 from trainjob_operator.constants import now
-from trainjob_operator.render.workers import gpus_per_worker
 
 DEFAULT_LOCAL_STORAGE = "~/trainjob_results"
 
@@ -109,7 +108,7 @@ def plan_run(
         or os.path.expanduser(DEFAULT_LOCAL_STORAGE)
     )
     cpus = _cpu_quantity(spec.scaling.resources_per_worker.get("cpu"))
-    gpus = gpus_per_worker(job) if spec.scaling.tpu is None else 0
+    gpus = spec.scaling.gpus_per_worker() if spec.scaling.tpu is None else 0
     if spec.framework == "jax" and importlib.util.find_spec("trainer_runtime.jax") is None:
         raise EntrypointError(
             "spec.framework",

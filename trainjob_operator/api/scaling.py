@@ -9,9 +9,13 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from trainjob_operator.api.fields import ApiModel, ResourceMap, api_error, no_default
+from trainjob_operator.api.quantity import parse_quantity
 from trainjob_operator.api.tpu import GKE_TPU_RESOURCE, TpuSliceShape, get_generation, slice_shape
 
-__all__ = ["ScalingConfig", "TpuConfig"]
+__all__ = ["GPU_RESOURCE", "ScalingConfig", "TpuConfig"]
+
+GPU_RESOURCE = "nvidia.com/gpu"
+"""Extended resource of NVIDIA GPUs."""
 
 
 def _topology_hint(tpu: TpuConfig) -> str:
@@ -132,3 +136,37 @@ class ScalingConfig(ApiModel):
     def tpu_shape(self) -> TpuSliceShape | None:
         """The TPU slice shape, or ``None`` without TPUs."""
         return None if self.tpu is None else self.tpu.shape
+
+    def pod_resources(self) -> dict[str, int | str]:
+        """Container resources of one worker pod: ``resourcesPerWorker`` plus the accelerators.
+
+        ``useGpu`` adds ``nvidia.com/gpu: 1`` unless a count is given; TPU workers get
+        ``google.com/tpu`` = chips per host.
+        """
+        resources: dict[str, int | str] = dict(self.resources_per_worker)
+        if self.use_gpu and GPU_RESOURCE not in resources:
+            resources[GPU_RESOURCE] = 1
+        shape = self.tpu_shape
+        if shape is not None:
+            resources[GKE_TPU_RESOURCE] = shape.chips_per_host
+        return resources
+
+    def gpus_per_worker(self) -> int:
+        """GPUs of one worker pod (``nvidia.com/gpu`` of :meth:`pod_resources`; 0 without).
+
+        The worker's Ray node advertises this many GPUs and the driver's trainer asks each
+        worker actor for the same count, so the two always agree.
+
+        Raises:
+            ValueError: for a fractional ``resourcesPerWorker["nvidia.com/gpu"]``.
+        """
+        quantity = self.pod_resources().get(GPU_RESOURCE)
+        if quantity is None:
+            return 0
+        count = parse_quantity(quantity)
+        if count != math.floor(count) or count < 0:
+            raise ValueError(
+                f'spec.scaling.resourcesPerWorker["{GPU_RESOURCE}"]: must be a whole number of '
+                f"GPUs, got {quantity!r}"
+            )
+        return int(count)

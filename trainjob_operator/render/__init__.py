@@ -13,13 +13,16 @@ Children of TrainJob ``<job>`` (all with owner references, ``app.kubernetes.io/*
 - validation pool Pods ``<job>-val-<i>`` (:mod:`.validation_pool`);
 - the driver Pod ``<job>-driver`` (:mod:`.driver`).
 
-Module layout: :mod:`.names` (names, hostnames, head address), :mod:`.common` (labels, owner
-references, security, pods, hashing), :mod:`.pod_template` (``spec.podTemplate`` checks) and one
-module per object kind; :mod:`.children` renders the whole set.
+Module layout: :mod:`.options` (operator-wide settings, from the chart's env vars),
+:mod:`.context` (a job's :class:`~.context.RenderContext`, resolved once per render, and the
+metadata of every child), :mod:`.names` (names, hostnames, head address), :mod:`.placement`
+(resources, node selectors, tolerations and affinity per role), :mod:`.pods` (containers and
+pods), :mod:`.ray` (ports and ``ray start``), :mod:`.hashing` (child keys, spec hash),
+:mod:`.pod_template` (``spec.podTemplate`` checks) and one module per object kind;
+:mod:`.children` renders the whole set from one context.
 """
 
-from trainjob_operator.render.children import render_children, render_for_reconcile, renderer_for
-from trainjob_operator.render.common import (
+from trainjob_operator.constants import (
     APP_LABEL,
     ATTEMPT_LABEL,
     KUEUE_POD_GROUP_NAME,
@@ -30,11 +33,9 @@ from trainjob_operator.render.common import (
     ROLE_LABEL,
     SLICE_LABEL,
     SPEC_HASH_ANNOTATION,
-    RenderOptions,
-    child_key,
-    render_options_from_env,
-    spec_hash,
 )
+from trainjob_operator.render.children import render_children, render_for_reconcile, renderer_for
+from trainjob_operator.render.context import RenderContext, build_context
 from trainjob_operator.render.driver import (
     DRIVER_MANIFEST_ENV,
     driver_manifest,
@@ -45,8 +46,10 @@ from trainjob_operator.render.driver import (
     render_driver_role_binding,
     render_driver_service_account,
 )
+from trainjob_operator.render.hashing import child_key, spec_hash
 from trainjob_operator.render.head import render_head_pod, render_headless_service
 from trainjob_operator.render.names import head_address
+from trainjob_operator.render.options import RenderOptions, render_options_from_env
 from trainjob_operator.render.pod_template import POD_TEMPLATE_KEYS, validate_pod_template
 from trainjob_operator.render.validation_pool import render_validation_pods
 from trainjob_operator.render.workers import render_worker_pods
@@ -64,7 +67,9 @@ __all__ = [
     "ROLE_LABEL",
     "SLICE_LABEL",
     "SPEC_HASH_ANNOTATION",
+    "RenderContext",
     "RenderOptions",
+    "build_context",
     "child_key",
     "driver_manifest",
     "driver_manifest_json",

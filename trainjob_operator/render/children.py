@@ -6,16 +6,18 @@ from collections.abc import Callable
 from typing import Any
 
 from trainjob_operator.api.trainjob import TrainJob
-from trainjob_operator.render.common import RenderOptions, build_context, child_key
+from trainjob_operator.render.context import build_context
 from trainjob_operator.render.driver import (
-    render_driver_pod,
-    render_driver_role,
-    render_driver_role_binding,
-    render_driver_service_account,
+    driver_pod,
+    driver_role,
+    driver_role_binding,
+    driver_service_account,
 )
-from trainjob_operator.render.head import render_head_pod, render_headless_service
-from trainjob_operator.render.validation_pool import render_validation_pods
-from trainjob_operator.render.workers import render_worker_pods
+from trainjob_operator.render.hashing import child_key
+from trainjob_operator.render.head import head_pod, headless_service
+from trainjob_operator.render.options import RenderOptions
+from trainjob_operator.render.validation_pool import validation_pods
+from trainjob_operator.render.workers import worker_pods
 
 __all__ = ["render_children", "render_for_reconcile", "renderer_for"]
 
@@ -51,22 +53,18 @@ def render_children(
             ``spec.env`` overriding an operator variable, a bad ``validation_replicas``, an
             oversized spec, or a name that is not a valid DNS label.
     """
-    build_context(job, uid=uid, attempt=attempt, options=options)  # fail early, once
+    # One context for every child: the podTemplate, names, TPU shape, placements and the
+    # driver's manifest are resolved once.
+    ctx = build_context(job, uid=uid, attempt=attempt, options=options)
     children: list[dict[str, Any]] = [
-        render_driver_service_account(job, uid=uid, options=options),
-        render_driver_role(job, uid=uid, options=options),
-        render_driver_role_binding(job, uid=uid, options=options),
-        render_headless_service(job, uid=uid, options=options),
-        render_head_pod(job, uid=uid, attempt=attempt, options=options),
-        *render_worker_pods(job, uid=uid, attempt=attempt, options=options),
-        *render_validation_pods(
-            job,
-            uid=uid,
-            attempt=attempt,
-            validation_replicas=validation_replicas,
-            options=options,
-        ),
-        render_driver_pod(job, uid=uid, attempt=attempt, options=options),
+        driver_service_account(ctx),
+        driver_role(ctx),
+        driver_role_binding(ctx),
+        headless_service(ctx),
+        head_pod(ctx),
+        *worker_pods(ctx),
+        *validation_pods(ctx, validation_replicas),
+        driver_pod(ctx),
     ]
     keys = [child_key(obj) for obj in children]
     duplicates = sorted({key for key in keys if keys.count(key) > 1})

@@ -39,21 +39,18 @@ from typing import Any
 
 from trainjob_operator.api.trainjob import TrainJob
 from trainjob_operator.constants import API_VERSION, GROUP, KIND, PLURAL
-from trainjob_operator.render.common import (
+from trainjob_operator.render.context import (
     RenderContext,
-    RenderOptions,
-    build_container,
     build_context,
-    build_pod,
     common_env,
     common_labels,
-    env_var,
-    finalize,
     object_meta,
-    wait_for_head_script,
 )
+from trainjob_operator.render.hashing import finalize
 from trainjob_operator.render.names import driver_name
-from trainjob_operator.render.workers import GPU_RESOURCE
+from trainjob_operator.render.options import RenderOptions
+from trainjob_operator.render.pods import build_container, build_pod, env_var
+from trainjob_operator.render.ray import wait_for_head_script
 
 __all__ = [
     "DRIVER_MAIN_MODULE",
@@ -62,6 +59,10 @@ __all__ = [
     "OPERATOR_ONLY_FIELDS",
     "driver_manifest",
     "driver_manifest_json",
+    "driver_pod",
+    "driver_role",
+    "driver_role_binding",
+    "driver_service_account",
     "driver_service_account_name",
     "render_driver_pod",
     "render_driver_role",
@@ -132,18 +133,6 @@ def driver_manifest_json(job: TrainJob, *, uid: str, options: RenderOptions | No
     return _manifest_json(build_context(job, uid=uid, options=options))
 
 
-def _driver_resources(ctx: RenderContext) -> dict[str, int | str]:
-    scaling = ctx.job.spec.scaling
-    if scaling.num_workers > 0:
-        return dict(ctx.options.driver_resources)
-    # Local mode: the train function runs in the driver process.
-    resources: dict[str, int | str] = dict(scaling.resources_per_worker or {})
-    resources = resources or dict(ctx.options.driver_resources)
-    if scaling.use_gpu and GPU_RESOURCE not in resources:
-        resources[GPU_RESOURCE] = 1
-    return resources
-
-
 def driver_command(ctx: RenderContext) -> list[str]:
     """Wait for the head, join as a zero-resource Ray node, then exec the driver."""
     script = (
@@ -169,7 +158,12 @@ def render_driver_pod(
     Raises:
         ValueError: for an oversized spec, an invalid ``spec.podTemplate``/``spec.env``.
     """
-    ctx = build_context(job, uid=uid, attempt=attempt, options=options)
+    return driver_pod(build_context(job, uid=uid, attempt=attempt, options=options))
+
+
+def driver_pod(ctx: RenderContext) -> dict[str, Any]:
+    """:func:`render_driver_pod` from a render context."""
+    placement = ctx.driver_placement
     env = [
         env_var("RAY_ADDRESS", ctx.head_address),
         *common_env(ctx),
@@ -181,14 +175,15 @@ def render_driver_pod(
         name="driver",
         command=driver_command(ctx),
         env=env,
-        resources=_driver_resources(ctx),
+        resources=placement.resources,
     )
     return build_pod(
         ctx,
         name=driver_name(ctx.name),
         role="driver",
         container=container,
-        service_account=driver_service_account_name(job),
+        placement=placement,
+        service_account=driver_service_account_name(ctx.job),
     )
 
 
@@ -196,7 +191,11 @@ def render_driver_service_account(
     job: TrainJob, *, uid: str, options: RenderOptions | None = None
 ) -> dict[str, Any]:
     """The per-job ServiceAccount ``<job>-driver``."""
-    ctx = build_context(job, uid=uid, options=options)
+    return driver_service_account(build_context(job, uid=uid, options=options))
+
+
+def driver_service_account(ctx: RenderContext) -> dict[str, Any]:
+    """:func:`render_driver_service_account` from a render context."""
     return finalize(
         {
             "apiVersion": "v1",
@@ -211,7 +210,11 @@ def render_driver_role(
 ) -> dict[str, Any]:
     """Role ``<job>-driver``: ``get``/``patch`` ``trainjobs/status`` and ``get`` ``trainjobs``,
     only for this TrainJob (``resourceNames``)."""
-    ctx = build_context(job, uid=uid, options=options)
+    return driver_role(build_context(job, uid=uid, options=options))
+
+
+def driver_role(ctx: RenderContext) -> dict[str, Any]:
+    """:func:`render_driver_role` from a render context."""
     return finalize(
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -240,9 +243,13 @@ def render_driver_role_binding(
 ) -> dict[str, Any]:
     """RoleBinding ``<job>-driver``: the Role to ``<job>-driver`` and, when set, to
     ``spec.storage.serviceAccountName`` (the account the driver then runs as)."""
-    ctx = build_context(job, uid=uid, options=options)
+    return driver_role_binding(build_context(job, uid=uid, options=options))
+
+
+def driver_role_binding(ctx: RenderContext) -> dict[str, Any]:
+    """:func:`render_driver_role_binding` from a render context."""
     accounts = [driver_name(ctx.name)]
-    runs_as = driver_service_account_name(job)
+    runs_as = driver_service_account_name(ctx.job)
     if runs_as not in accounts:
         accounts.append(runs_as)
     return finalize(

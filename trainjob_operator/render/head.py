@@ -5,24 +5,27 @@ from __future__ import annotations
 from typing import Any
 
 from trainjob_operator.api.trainjob import TrainJob
-from trainjob_operator.render.common import (
-    CLIENT_PORT,
-    DASHBOARD_PORT,
-    GCS_PORT,
-    METRICS_PORT,
-    NAME_LABEL,
-    RenderOptions,
-    build_container,
+from trainjob_operator.constants import NAME_LABEL
+from trainjob_operator.render.context import (
+    RenderContext,
     build_context,
-    build_pod,
     common_env,
     common_labels,
-    finalize,
     object_meta,
 )
-from trainjob_operator.render.names import head_pod_name, headless_service_name
+from trainjob_operator.render.hashing import finalize
+from trainjob_operator.render.names import head_pod_name
+from trainjob_operator.render.options import RenderOptions
+from trainjob_operator.render.pods import build_container, build_pod
+from trainjob_operator.render.ray import CLIENT_PORT, DASHBOARD_PORT, GCS_PORT, METRICS_PORT
 
-__all__ = ["HEAD_PORTS", "render_head_pod", "render_headless_service"]
+__all__ = [
+    "HEAD_PORTS",
+    "head_pod",
+    "headless_service",
+    "render_head_pod",
+    "render_headless_service",
+]
 
 HEAD_PORTS: tuple[tuple[str, int], ...] = (
     ("gcs", GCS_PORT),
@@ -65,14 +68,18 @@ def render_head_pod(
     Raises:
         ValueError: for an invalid ``spec.podTemplate``/``spec.env`` or bad names.
     """
-    ctx = build_context(job, uid=uid, attempt=attempt, options=options)
-    resources = job.spec.ray.head.resources or ctx.options.head_resources
+    return head_pod(build_context(job, uid=uid, attempt=attempt, options=options))
+
+
+def head_pod(ctx: RenderContext) -> dict[str, Any]:
+    """:func:`render_head_pod` from a render context."""
+    placement = ctx.head_placement
     container = build_container(
         ctx,
         name="ray-head",
         command=head_command(),
         env=common_env(ctx),
-        resources=resources,
+        resources=placement.resources,
         ports=HEAD_PORTS,
         readiness_probe={
             "tcpSocket": {"port": GCS_PORT},
@@ -85,6 +92,7 @@ def render_head_pod(
         name=head_pod_name(ctx.name),
         role="head",
         container=container,
+        placement=placement,
         gang=True,
     )
 
@@ -99,14 +107,16 @@ def render_headless_service(
     ``<hostname>.<job>-headless`` as soon as it has an IP (Ray and the TPU runtime need their
     peers before anything is Ready).
     """
-    ctx = build_context(job, uid=uid, options=options)
+    return headless_service(build_context(job, uid=uid, options=options))
+
+
+def headless_service(ctx: RenderContext) -> dict[str, Any]:
+    """:func:`render_headless_service` from a render context."""
     return finalize(
         {
             "apiVersion": "v1",
             "kind": "Service",
-            "metadata": object_meta(
-                ctx, headless_service_name(ctx.name), common_labels(ctx, "head")
-            ),
+            "metadata": object_meta(ctx, ctx.subdomain, common_labels(ctx, "head")),
             "spec": {
                 "clusterIP": "None",
                 "publishNotReadyAddresses": True,

@@ -12,28 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 from trainjob_operator.api.trainjob import TrainJob
-from trainjob_operator.render.common import (
-    GKE_SPOT_LABEL,
-    METRICS_PORT,
-    RenderOptions,
-    build_container,
-    build_context,
-    build_pod,
-    common_env,
-    ray_resources_arg,
-    ray_worker_command,
-)
+from trainjob_operator.render.context import RenderContext, build_context, common_env
 from trainjob_operator.render.names import validation_pod_name
+from trainjob_operator.render.options import RenderOptions
+from trainjob_operator.render.pods import build_container, build_pod
+from trainjob_operator.render.ray import METRICS_PORT, ray_resources_arg, ray_worker_command
 
-__all__ = ["GKE_SPOT_LABEL", "GKE_SPOT_TOLERATION", "VALIDATION_RESOURCE", "render_validation_pods"]
-
-GKE_SPOT_TOLERATION: dict[str, str] = {
-    "key": GKE_SPOT_LABEL,
-    "operator": "Equal",
-    "value": "true",
-    "effect": "NoSchedule",
-}
-"""Tolerates the optional ``cloud.google.com/gke-spot=true:NoSchedule`` taint of spot pools."""
+__all__ = ["VALIDATION_RESOURCE", "render_validation_pods", "validation_pods"]
 VALIDATION_RESOURCE = "validation"
 """The Ray resource validation tasks ask for."""
 
@@ -63,7 +48,12 @@ def render_validation_pods(
             ``pool.spot``; for an invalid ``spec.podTemplate``/``spec.env``.
     """
     ctx = build_context(job, uid=uid, attempt=attempt, options=options)
-    validation = job.spec.validation
+    return validation_pods(ctx, validation_replicas)
+
+
+def validation_pods(ctx: RenderContext, validation_replicas: int) -> list[dict[str, Any]]:
+    """:func:`render_validation_pods` from a render context."""
+    validation = ctx.job.spec.validation
     if validation_replicas < 0:
         raise ValueError(f"validation_replicas must be >= 0, got {validation_replicas}")
     if validation is None:
@@ -78,31 +68,22 @@ def render_validation_pods(
             f"validation_replicas ({validation_replicas}) exceeds "
             f"spec.validation.pool.maxReplicas ({pool.max_replicas})"
         )
-    node_selector: dict[str, str] = {}
-    tolerations: list[dict[str, Any]] = [dict(t) for t in pool.tolerations]
-    if pool.spot:
-        current = pool.node_selector.get(GKE_SPOT_LABEL)
-        if current is not None and current != "true":
-            raise ValueError(
-                f"spec.validation.pool.nodeSelector[{GKE_SPOT_LABEL!r}]: {current!r} "
-                "contradicts spot: true; set spot: false for on-demand nodes"
-            )
-        node_selector[GKE_SPOT_LABEL] = "true"
-        tolerations.append(dict(GKE_SPOT_TOLERATION))
+    placement = ctx.validation_placement
     slots = ctx.options.validation_slots
     args = [
         "--num-cpus=0",
         "--num-gpus=0",
         ray_resources_arg({VALIDATION_RESOURCE: slots}),
     ]
+    command = ray_worker_command(ctx, args)
     pods = []
     for index in range(validation_replicas):
         container = build_container(
             ctx,
             name="ray-validation",
-            command=ray_worker_command(ctx, args),
+            command=command,
             env=common_env(ctx),
-            resources=pool.resources,
+            resources=placement.resources,
             ports=(("metrics", METRICS_PORT),),
         )
         pods.append(
@@ -111,11 +92,7 @@ def render_validation_pods(
                 name=validation_pod_name(ctx.name, index),
                 role="validation",
                 container=container,
-                node_selector=node_selector,
-                user_node_selector=pool.node_selector,
-                tolerations=tolerations,
-                default_node_selector=ctx.options.validation_node_selector,
-                default_tolerations=ctx.options.validation_tolerations,
+                placement=placement,
                 service_account=ctx.storage_service_account,
             )
         )

@@ -9,30 +9,13 @@ slice resource and ``TPU-<pod type>-head`` on host 0 from the TPU env set here).
 
 from __future__ import annotations
 
-import math
+from dataclasses import replace
 from typing import Any
 
-from trainjob_operator.api.tpu import GKE_TPU_RESOURCE, GKE_TPU_TOLERATION, TpuSliceShape
+from trainjob_operator.api.tpu import TpuSliceShape
 from trainjob_operator.api.trainjob import TrainJob
-from trainjob_operator.render.common import (
-    ATTEMPT_LABEL,
-    MEGASCALE_PORT,
-    METRICS_PORT,
-    NAME_LABEL,
-    ROLE_LABEL,
-    SLICE_LABEL,
-    RenderContext,
-    RenderOptions,
-    build_container,
-    build_context,
-    build_pod,
-    common_env,
-    cpu_cores,
-    env_var,
-    ray_cpus,
-    ray_resources_arg,
-    ray_worker_command,
-)
+from trainjob_operator.constants import ATTEMPT_LABEL, NAME_LABEL, ROLE_LABEL, SLICE_LABEL
+from trainjob_operator.render.context import RenderContext, build_context, common_env
 from trainjob_operator.render.names import (
     cpu_worker_pod_name,
     megascale_coordinator_host,
@@ -40,74 +23,35 @@ from trainjob_operator.render.names import (
     tpu_worker_hostnames,
     tpu_worker_pod_name,
 )
+from trainjob_operator.render.options import RenderOptions
+from trainjob_operator.render.pods import build_container, build_pod, env_var
+from trainjob_operator.render.ray import (
+    MEGASCALE_PORT,
+    METRICS_PORT,
+    ray_cpus,
+    ray_resources_arg,
+    ray_worker_command,
+)
 
-__all__ = [
-    "GKE_NODEPOOL_LABEL",
-    "GPU_RESOURCE",
-    "gpus_per_worker",
-    "render_worker_pods",
-    "worker_resources",
-]
+__all__ = ["GKE_NODEPOOL_LABEL", "render_worker_pods", "worker_pods"]
 
-GPU_RESOURCE = "nvidia.com/gpu"
-"""Extended resource of NVIDIA GPUs."""
 GKE_NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
 """Node label naming the GKE node pool; a multi-host TPU slice is one node pool."""
 
 
-def _gpu_count(resources: dict[str, int | str]) -> int:
-    quantity = resources.get(GPU_RESOURCE)
-    if quantity is None:
-        return 0
-    count = cpu_cores(quantity)
-    if count != math.floor(count) or count < 0:
-        raise ValueError(
-            f'spec.scaling.resourcesPerWorker["{GPU_RESOURCE}"]: must be a whole number of '
-            f"GPUs, got {quantity!r}"
-        )
-    return int(count)
-
-
-def worker_resources(job: TrainJob) -> dict[str, int | str]:
-    """Container resources of one worker: ``resourcesPerWorker`` plus the accelerators.
-
-    ``useGpu`` adds ``nvidia.com/gpu: 1`` unless a count is given; TPU workers get
-    ``google.com/tpu`` = chips per host.
-    """
-    scaling = job.spec.scaling
-    resources: dict[str, int | str] = dict(scaling.resources_per_worker)
-    if scaling.use_gpu and GPU_RESOURCE not in resources:
-        resources[GPU_RESOURCE] = 1
-    shape = scaling.tpu_shape
-    if shape is not None:
-        resources[GKE_TPU_RESOURCE] = shape.chips_per_host
-    return resources
-
-
-def gpus_per_worker(job: TrainJob) -> int:
-    """GPUs of one worker pod (``nvidia.com/gpu`` of :func:`worker_resources`; 0 without).
-
-    The worker's Ray node advertises this many GPUs and the driver's trainer asks each worker
-    actor for the same count, so the two always agree.
-
-    Raises:
-        ValueError: for a fractional ``resourcesPerWorker["nvidia.com/gpu"]``.
-    """
-    return _gpu_count(worker_resources(job))
-
-
 def _cpu_gpu_workers(ctx: RenderContext) -> list[dict[str, Any]]:
-    resources = worker_resources(ctx.job)
-    gpus = gpus_per_worker(ctx.job)
-    args = [f"--num-cpus={ray_cpus(resources.get('cpu'))}", f"--num-gpus={gpus}"]
+    placement = ctx.worker_placement
+    gpus = ctx.job.spec.scaling.gpus_per_worker()
+    args = [f"--num-cpus={ray_cpus(placement.resources.get('cpu'))}", f"--num-gpus={gpus}"]
+    command = ray_worker_command(ctx, args)
     pods = []
     for index in range(ctx.job.spec.scaling.num_workers):
         container = build_container(
             ctx,
             name="ray-worker",
-            command=ray_worker_command(ctx, args),
+            command=command,
             env=common_env(ctx),
-            resources=resources,
+            resources=placement.resources,
             ports=(("metrics", METRICS_PORT),),
         )
         pods.append(
@@ -116,6 +60,7 @@ def _cpu_gpu_workers(ctx: RenderContext) -> list[dict[str, Any]]:
                 name=cpu_worker_pod_name(ctx.name, index),
                 role="worker",
                 container=container,
+                placement=placement,
                 service_account=ctx.storage_service_account,
                 gang=True,
             )
@@ -191,26 +136,31 @@ def _tpu_env(
 def _tpu_workers(ctx: RenderContext) -> list[dict[str, Any]]:
     tpu = ctx.job.spec.scaling.tpu
     assert tpu is not None
-    shape = tpu.shape
-    resources = worker_resources(ctx.job)
+    shape = ctx.tpu_shape
+    assert shape is not None
+    placement = ctx.worker_placement
     args = [
-        f"--num-cpus={ray_cpus(resources.get('cpu'))}",
+        f"--num-cpus={ray_cpus(placement.resources.get('cpu'))}",
         "--num-gpus=0",
         ray_resources_arg({"TPU": shape.chips_per_host}),
     ]
+    command = ray_worker_command(ctx, args)
     ports: tuple[tuple[str, int], ...] = (("metrics", METRICS_PORT),)
     if tpu.num_slices > 1:
         ports += (("megascale", MEGASCALE_PORT),)
     pods = []
     for slice_index in range(tpu.num_slices):
-        affinity = _slice_affinity(ctx, slice_index, tpu.num_slices) if shape.multi_host else None
+        slice_placement = placement
+        if shape.multi_host:
+            affinity = _slice_affinity(ctx, slice_index, tpu.num_slices)
+            slice_placement = replace(placement, affinity=affinity)
         for host in range(shape.hosts):
             container = build_container(
                 ctx,
                 name="ray-worker",
-                command=ray_worker_command(ctx, args),
+                command=command,
                 env=_tpu_env(ctx, shape, slice_index, host, tpu.num_slices),
-                resources=resources,
+                resources=placement.resources,
                 ports=ports,
             )
             pods.append(
@@ -220,11 +170,7 @@ def _tpu_workers(ctx: RenderContext) -> list[dict[str, Any]]:
                     role="worker",
                     container=container,
                     extra_labels={SLICE_LABEL: str(slice_index)},
-                    node_selector=shape.node_selector(),
-                    tolerations=[GKE_TPU_TOLERATION],
-                    default_node_selector=ctx.options.tpu_node_selector,
-                    default_tolerations=ctx.options.tpu_tolerations,
-                    affinity=affinity,
+                    placement=slice_placement,
                     service_account=ctx.storage_service_account,
                     gang=True,
                 )
@@ -252,7 +198,11 @@ def render_worker_pods(
         ValueError: for an invalid ``spec.podTemplate``/``spec.env``, a fractional GPU count or
             a podTemplate nodeSelector that conflicts with the TPU selectors.
     """
-    ctx = build_context(job, uid=uid, attempt=attempt, options=options)
-    if job.spec.scaling.tpu is not None:
+    return worker_pods(build_context(job, uid=uid, attempt=attempt, options=options))
+
+
+def worker_pods(ctx: RenderContext) -> list[dict[str, Any]]:
+    """:func:`render_worker_pods` from a render context."""
+    if ctx.job.spec.scaling.tpu is not None:
         return _tpu_workers(ctx)
     return _cpu_gpu_workers(ctx)

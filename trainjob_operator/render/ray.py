@@ -1,0 +1,83 @@
+"""The Ray side of the pods: ports, ``ray start`` commands and logical resources."""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from trainjob_operator.api.quantity import parse_quantity
+from trainjob_operator.render.names import GCS_PORT
+
+if TYPE_CHECKING:
+    from trainjob_operator.render.context import RenderContext
+
+__all__ = [
+    "CLIENT_PORT",
+    "DASHBOARD_PORT",
+    "GCS_PORT",
+    "MEGASCALE_PORT",
+    "METRICS_PORT",
+    "cpu_cores",
+    "ray_cpus",
+    "ray_resources_arg",
+    "ray_worker_command",
+    "wait_for_head_script",
+]
+
+DASHBOARD_PORT = 8265
+CLIENT_PORT = 10001
+METRICS_PORT = 8080
+"""Ray's Prometheus metrics export port on every Ray node."""
+MEGASCALE_PORT = 8081
+"""Multislice (megascale) coordinator port, the value Ray's TPU support uses."""
+
+
+def cpu_cores(value: int | str) -> float:
+    """A Kubernetes quantity as a number (``"500m"`` -> 0.5, ``"2"`` -> 2.0, ``4`` -> 4.0).
+
+    Raises:
+        ValueError: for a string that is not a quantity.
+    """
+    return parse_quantity(value)
+
+
+def ray_cpus(value: int | str | None, default: int = 1) -> int:
+    """Logical CPUs a Ray node advertises for a CPU quantity: rounded up, at least 1."""
+    if value is None:
+        return default
+    return max(1, math.ceil(cpu_cores(value) - 1e-9))
+
+
+def wait_for_head_script(ctx: RenderContext) -> str:
+    """Shell lines that block until the Ray head's GCS answers (the head may start later)."""
+    address = shlex.quote(ctx.head_address)
+    return (
+        f"until ray health-check --address={address} >/dev/null 2>&1; do\n"
+        f"  echo waiting for the Ray head at {address}; sleep 2\n"
+        "done\n"
+    )
+
+
+def ray_worker_command(ctx: RenderContext, ray_args: Sequence[str]) -> list[str]:
+    """``sh -c``: wait for the head, then ``exec ray start --address=<head>:6379 --block``.
+
+    ``ray_args`` (``--num-cpus``, ``--resources``...) are appended, shell-quoted.
+    """
+    argv = [
+        "ray",
+        "start",
+        f"--address={ctx.head_address}",
+        "--block",
+        f"--metrics-export-port={METRICS_PORT}",
+        "--disable-usage-stats",
+        *ray_args,
+    ]
+    return ["/bin/sh", "-c", wait_for_head_script(ctx) + "exec " + shlex.join(argv)]
+
+
+def ray_resources_arg(resources: Mapping[str, float | int]) -> str:
+    """``--resources=<json>`` with sorted keys (deterministic)."""
+    return "--resources=" + json.dumps(dict(resources), sort_keys=True, separators=(",", ":"))
