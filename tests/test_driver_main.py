@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from trainjob_operator.api import TrainJob, load_trainjobs, parse_trainjob
-from trainjob_operator.driver import EntrypointError, build_trainer, plan_run
-from trainjob_operator.driver_main import load_job
+from trainjob_operator.launcher.driver import load_job
+from trainjob_operator.launcher.trainer import EntrypointError, build_trainer, plan_run
 from trainjob_operator.render import render_driver_pod, render_worker_pods
 
 REPO = Path(__file__).resolve().parent.parent
@@ -54,7 +54,7 @@ def test_tpu_job_plans_in_the_rendered_driver_pod(monkeypatch: pytest.MonkeyPatc
     env = _as_in_the_driver_pod(monkeypatch, job)
     assert env["RAY_ADDRESS"] == "llm-v6e-4x4-head.llm-v6e-4x4-headless:6379"
     assert not any(name.startswith("TPU_") for name in env)
-    loaded = load_job(None)  # from TRAINJOB_MANIFEST, as driver_main does
+    loaded = load_job(None)  # from TRAINJOB_MANIFEST, as the driver does
     trainer = build_trainer(plan_run(loaded), [])
     scaling = trainer.scaling_config
     assert scaling.use_tpu and scaling.num_workers == 4
@@ -115,7 +115,7 @@ def test_trainer_asks_for_the_gpus_the_worker_pods_get(
 
 def test_status_tracker_keeps_non_finite_metrics_json_safe() -> None:
     from trainer_runtime.checkpoint_manager import CheckpointRecord, CheckpointStatus
-    from trainjob_operator.driver import StatusTracker
+    from trainjob_operator.launcher.status import StatusTracker
 
     tracker = StatusTracker("val_loss")
     tracker.on_report(0, {"step": 0, "loss": float("nan"), "nested": {"g": float("-inf")}})
@@ -136,8 +136,8 @@ def test_status_tracker_keeps_non_finite_metrics_json_safe() -> None:
 
 
 def test_worker_group_failures_are_published_apart_from_cluster_restarts() -> None:
-    from trainjob_operator.driver import StatusTracker
-    from trainjob_operator.driver_main import DRIVER_STATUS_KEYS
+    from trainjob_operator.launcher.driver import DRIVER_STATUS_KEYS
+    from trainjob_operator.launcher.status import StatusTracker
     from trainjob_operator.reconcile.apply import OPERATOR_STATUS_KEYS
 
     tracker = StatusTracker()
@@ -162,7 +162,7 @@ def test_worker_group_failures_are_published_apart_from_cluster_restarts() -> No
 
 
 def test_a_failed_run_has_the_failed_condition_with_the_error() -> None:
-    from trainjob_operator.driver import StatusTracker
+    from trainjob_operator.launcher.status import StatusTracker
 
     tracker = StatusTracker()
     tracker.on_run_start("/runs/x", 2, 0)

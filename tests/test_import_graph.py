@@ -7,12 +7,20 @@ half-initialised when B asks it for a name) fails here with an ``ImportError``.
 The operator's control plane (renderers, reconciler, operator entry point) runs in an image
 without Ray, torch or jax; it shares only the TPU table with the runtime, through the
 dependency-free leaf ``trainjob_operator.tpu_topology``. The runtime, in turn, loads nothing of
-the operator but that leaf. (The in-pod driver, ``trainjob_operator.driver`` and its helpers, is
-the one part of the operator that uses the runtime, and it does so on purpose.)
+the operator but that leaf.
+
+The launcher (``trainjob_operator.launcher``: the in-pod driver and ``trainjob run``) is the one
+part of the package that uses the runtime, on purpose; it depends on the API, the constants and
+the REST client only, never on the control plane (renderers, planner, reconciler, operator), so
+the driver and the operator meet only in the TrainJob and its status. It is checked twice: the
+modules each launcher module loads, and every import statement in its source (a lazy import
+inside a function included).
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import json
 import os
 import pkgutil
@@ -32,6 +40,16 @@ CONTROL_PLANE = (
     "trainjob_operator.operator_main",
 )
 HEAVY = ("ray", "torch", "jax")
+LAUNCHER = "trainjob_operator.launcher"
+# What the launcher may import of the operator package: the API, the vocabulary, the REST
+# client, the TPU leaf and itself.
+LAUNCHER_MAY_IMPORT = (
+    "trainjob_operator.api",
+    "trainjob_operator.constants",
+    "trainjob_operator.kube",
+    LEAF,
+    LAUNCHER,
+)
 
 # Modules that need an optional extra to import at all (the extra, not the code, is missing).
 OPTIONAL = {"trainer_runtime.jax": "jax", "trainer_runtime.torch": "torch"}
@@ -47,8 +65,11 @@ def public_modules() -> list[str]:
     return sorted(names)
 
 
+@functools.cache
 def fresh_import(module: str) -> tuple[int, str]:
-    """Import ``module`` alone in a new interpreter; its rc and its output (or its modules)."""
+    """Import ``module`` alone in a new interpreter; its rc and its output (or its modules).
+
+    Cached: every test asking about the same module reads the same run."""
     code = (
         "import importlib, json, sys\n"
         f"importlib.import_module({module!r})\n"
@@ -70,6 +91,7 @@ def test_the_walk_finds_the_packages() -> None:
     modules = public_modules()
     assert LEAF in modules
     assert {*CONTROL_PLANE, "trainer_runtime.tpu", "trainjob_operator.api.tpu"} <= set(modules)
+    assert {f"{LAUNCHER}.driver", f"{LAUNCHER}.local", f"{LAUNCHER}.trainer"} <= set(modules)
 
 
 def test_every_module_imports_first_in_a_fresh_interpreter() -> None:
@@ -134,3 +156,56 @@ def test_the_operator_api_uses_the_leafs_table() -> None:
 
     for name in leaf.__all__:
         assert getattr(api_tpu, name) is getattr(leaf, name) is getattr(runtime_tpu, name)
+
+
+def _outside_launcher_contract(module: str) -> bool:
+    if module.split(".")[0] != "trainjob_operator" or module == "trainjob_operator":
+        return False
+    return not any(module == ok or module.startswith(ok + ".") for ok in LAUNCHER_MAY_IMPORT)
+
+
+def launcher_modules() -> list[str]:
+    return [m for m in public_modules() if m == LAUNCHER or m.startswith(LAUNCHER + ".")]
+
+
+def imported_names(path: Path) -> set[str]:
+    """Every module an ``import``/``from ... import`` statement in ``path`` names (lazy ones
+    inside functions included); ``from pkg import mod`` counts as ``pkg.mod`` too."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_the_launcher_contract_rejects_the_control_plane() -> None:
+    for module in (*CONTROL_PLANE, "trainjob_operator.render.workers", "trainjob_operator.cli"):
+        assert _outside_launcher_contract(module), module
+    for module in ("trainjob_operator.api.trainjob", "trainjob_operator.kube", LEAF, "ray"):
+        assert not _outside_launcher_contract(module), module
+
+
+def test_the_launcher_source_imports_no_control_plane() -> None:
+    files = sorted((REPO / "trainjob_operator" / "launcher").rglob("*.py"))
+    assert files
+    bad = {
+        str(path.relative_to(REPO)): sorted(
+            filter(_outside_launcher_contract, imported_names(path))
+        )
+        for path in files
+    }
+    bad = {path: names for path, names in bad.items() if names}
+    assert not bad, f"the launcher imports the operator's control plane: {bad}"
+
+
+@pytest.mark.parametrize("module", launcher_modules())
+def test_the_launcher_loads_no_control_plane(module: str) -> None:
+    rc, output = fresh_import(module)
+    if rc != 0 and "No module named 'ray'" in output:
+        pytest.skip("the runtime extra (ray) is not installed")
+    assert rc == 0, output
+    operator = sorted(filter(_outside_launcher_contract, json.loads(output)))
+    assert not operator, f"{module} loads {operator}"

@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 
 from trainer_runtime.checkpoint_manager import CheckpointRecord, CheckpointStatus
-from trainjob_operator.driver import StatusTracker
-from trainjob_operator.progress import (
+from trainjob_operator.launcher.progress import (
     DisplayLogHandler,
     ProgressDisplay,
     WorkerLogSink,
     format_elapsed,
     is_live,
 )
+from trainjob_operator.launcher.status import StatusTracker
 
 
 class Clock:

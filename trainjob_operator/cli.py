@@ -5,7 +5,7 @@ Subcommands:
 - ``trainjob validate MANIFEST...``: check TrainJob manifests against the API models;
 - ``trainjob crd``: print the TrainJob CustomResourceDefinition;
 - ``trainjob run MANIFEST``: run a TrainJob on this machine (implemented in
-  :mod:`trainjob_operator.local_run`);
+  :mod:`trainjob_operator.launcher.local`);
 - ``trainjob operator``: run the operator (implemented in :mod:`trainjob_operator.operator_main`).
 
 ``run`` and ``operator`` import their implementation lazily so that ``validate`` and ``crd`` stay
@@ -135,7 +135,9 @@ def _add_run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="also show the Ray workers' output (always written to the log file named at the "
         "start) and info logs",
     )
-    parser.set_defaults(func=_lazy("trainjob_operator.local_run:run_command", "run", "runtime"))
+    parser.set_defaults(
+        func=_lazy("trainjob_operator.launcher.local:run_command", "run", "runtime")
+    )
 
 
 def _add_operator_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -160,7 +160,7 @@ def test_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(
     ("command", "module", "func"),
     [
-        ("run", "trainjob_operator.local_run", "run_command"),
+        ("run", "trainjob_operator.launcher.local", "run_command"),
         ("operator", "trainjob_operator.operator_main", "operator_command"),
     ],
 )
@@ -188,7 +188,7 @@ def test_lazy_subcommands_delegate(
 @pytest.mark.parametrize(
     ("argv", "module"),
     [
-        (["run", "job.yaml"], "trainjob_operator.local_run"),
+        (["run", "job.yaml"], "trainjob_operator.launcher.local"),
         (["operator"], "trainjob_operator.operator_main"),
     ],
 )
@@ -222,7 +222,9 @@ def test_lazy_subcommand_missing_function(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setitem(
-        sys.modules, "trainjob_operator.local_run", types.ModuleType("trainjob_operator.local_run")
+        sys.modules,
+        "trainjob_operator.launcher.local",
+        types.ModuleType("trainjob_operator.launcher.local"),
     )
     assert cli.main(["run", "job.yaml"]) == 2
-    assert "trainjob_operator.local_run:run_command is missing" in capsys.readouterr().err
+    assert "trainjob_operator.launcher.local:run_command is missing" in capsys.readouterr().err

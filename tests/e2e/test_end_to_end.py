@@ -3,8 +3,8 @@
 Everything is real except the kubelet: etcd + kube-apiserver (+ kube-controller-manager for
 garbage collection and ServiceAccounts), the CRD, the operator (kopf, in this process), the
 pods' commands (``ray start`` on the head, worker and validation pods; the driver's
-``python -m trainjob_operator.driver_main``), a Ray cluster made of those processes, torch gloo
-DDP on CPU, checkpoints in fake-gcs-server, and the driver's status patches with the token of
+``python -m trainjob_operator.launcher.driver``), a Ray cluster made of those processes, torch
+gloo DDP on CPU, checkpoints in fake-gcs-server, and the driver's status patches with the token of
 the job's own ServiceAccount. :class:`~tests.support.pod_runner.PodRunner` plays the
 kubelet: it runs each pod's command here and reports the pod's status.
 """

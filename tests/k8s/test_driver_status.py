@@ -12,8 +12,8 @@ import yaml
 
 from tests.support import EnvTest
 from trainer_runtime.checkpoint_manager import CheckpointRecord, CheckpointStatus
-from trainjob_operator.driver_main import StatusPublisher
 from trainjob_operator.kube import KubeClient, KubeConfig
+from trainjob_operator.launcher.driver import StatusPublisher
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -178,7 +178,7 @@ def test_driver_script_joins_as_zero_resource_node_then_execs_driver(tmp_path: P
             "--num-gpus=0",
             "--disable-usage-stats",
         ],
-        ["python", "-m", "trainjob_operator.driver_main"],
+        ["python", "-m", "trainjob_operator.launcher.driver"],
     ]
 
 

@@ -60,7 +60,7 @@ class Reason(StrEnum):
     """CamelCase reasons of TrainJob conditions and of the Events posted on a TrainJob.
 
     Set by the operator (:mod:`trainjob_operator.reconcile`) and, for ``trainjob run`` and the
-    driver's own view of a run, by :class:`trainjob_operator.driver.StatusTracker`.
+    driver's own view of a run, by :class:`trainjob_operator.launcher.status.StatusTracker`.
     """
 
     # lifecycle

@@ -1,8 +1,8 @@
 """The driver pod ``<job>-driver`` and its ServiceAccount, Role and RoleBinding.
 
-The driver runs ``python -m trainjob_operator.driver_main``: it builds the trainer from the
-TrainJob (:mod:`trainjob_operator.driver`), drives the workers on the Ray cluster, and patches
-``status.progress``/checkpoints/validations of its own TrainJob.
+The driver runs ``python -m trainjob_operator.launcher.driver``: it builds the trainer from the
+TrainJob (:mod:`trainjob_operator.launcher.trainer`), drives the workers on the Ray cluster,
+and patches ``status.progress``/checkpoints/validations of its own TrainJob.
 
 Design choices:
 
@@ -70,7 +70,7 @@ __all__ = [
     "render_driver_service_account",
 ]
 
-DRIVER_MAIN_MODULE = "trainjob_operator.driver_main"
+DRIVER_MAIN_MODULE = "trainjob_operator.launcher.driver"
 """The module the driver container runs with ``python -m``."""
 DRIVER_MANIFEST_ENV = "TRAINJOB_MANIFEST"
 """Env var holding the TrainJob (apiVersion, kind, name/namespace/uid, spec) as JSON."""

@@ -29,7 +29,7 @@ from typing import Any, TextIO
 
 from trainer_runtime.callbacks import Callback
 from trainer_runtime.checkpoint_manager import CheckpointRecord, CheckpointStatus
-from trainjob_operator.driver import StatusTracker, _step_of
+from trainjob_operator.launcher.status import StatusTracker, step_of
 
 __all__ = ["DisplayLogHandler", "ProgressDisplay", "WorkerLogSink", "format_elapsed", "is_live"]
 
@@ -263,7 +263,7 @@ class ProgressDisplay(Callback):
             if record.name not in self._committed:
                 self._committed.add(record.name)
                 self._shown_round = max(self._shown_round, record.round)
-                step = _step_of(record.metrics, record.round)
+                step = step_of(record.metrics, record.round)
                 metrics = format_metrics(record.metrics)
                 queued = (
                     ", validation queued"

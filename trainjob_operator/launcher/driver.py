@@ -1,4 +1,4 @@
-"""The in-cluster driver: ``python -m trainjob_operator.driver_main``.
+"""The in-cluster driver: ``python -m trainjob_operator.launcher.driver``.
 
 Runs in the TrainJob's driver pod: loads its TrainJob (``TRAINJOB_MANIFEST``, JSON set
 by the operator; or the file ``TRAINJOB_SPEC_FILE``; else from the API by
@@ -28,10 +28,11 @@ from trainjob_operator.api.errors import ManifestError
 from trainjob_operator.api.manifest import parse_trainjob
 from trainjob_operator.api.trainjob import TrainJob
 from trainjob_operator.constants import KIND
-from trainjob_operator.driver import EntrypointError, StatusTracker, build_trainer, plan_run
 from trainjob_operator.kube import ApiError, KubeClient, KubeConfig
+from trainjob_operator.launcher.status import StatusTracker
+from trainjob_operator.launcher.trainer import EntrypointError, build_trainer, plan_run
 
-logger = logging.getLogger("trainjob_operator.driver")
+logger = logging.getLogger("trainjob_operator.launcher.driver")
 
 #: status keys the driver owns (the operator owns phase and conditions).
 DRIVER_STATUS_KEYS = (

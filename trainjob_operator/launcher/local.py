@@ -3,7 +3,7 @@
 Everything is checked before anything starts (manifest, entrypoints, storage);
 a bad manifest exits 2 with one line per problem. Progress (phase, step and
 metrics, checkpoints committed and validated, best so far, elapsed time) is
-shown by :class:`~trainjob_operator.progress.ProgressDisplay`: a live line on a
+shown by :class:`~trainjob_operator.launcher.progress.ProgressDisplay`: a live line on a
 terminal, plain lines otherwise. The Ray workers' own output goes to a file
 whose path is printed (``--verbose`` also shows it). The final TrainJob status
 is printed (and written to ``--output`` as YAML or JSON). Exit status: 0
@@ -26,9 +26,15 @@ import yaml
 from trainjob_operator.api.errors import ManifestError
 from trainjob_operator.api.manifest import load_trainjobs
 from trainjob_operator.constants import API_VERSION, KIND
-from trainjob_operator.driver import EntrypointError, RunPlan, StatusTracker, build_trainer
-from trainjob_operator.driver import plan_run as _plan_run
-from trainjob_operator.progress import DisplayLogHandler, ProgressDisplay, WorkerLogSink, is_live
+from trainjob_operator.launcher.progress import (
+    DisplayLogHandler,
+    ProgressDisplay,
+    WorkerLogSink,
+    is_live,
+)
+from trainjob_operator.launcher.status import StatusTracker
+from trainjob_operator.launcher.trainer import EntrypointError, RunPlan, build_trainer
+from trainjob_operator.launcher.trainer import plan_run as _plan_run
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 

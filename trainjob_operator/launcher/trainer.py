@@ -1,0 +1,220 @@
+"""Turn a TrainJob into a runtime trainer: entrypoints, workers and storage resolved first
+(:func:`plan_run`), then the TorchTrainer/JaxTrainer (:func:`build_trainer`).
+
+Shared by ``trainjob run`` (:mod:`.local`, this machine) and the in-cluster driver
+(:mod:`.driver`); both publish :class:`~trainjob_operator.launcher.status.StatusTracker`'s view
+of the run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainer_runtime.callbacks import Callback
+from trainjob_operator.api.fields import split_entrypoint
+from trainjob_operator.api.quantity import parse_quantity
+from trainjob_operator.api.trainjob import TrainJob
+
+__all__ = [
+    "DEFAULT_LOCAL_STORAGE",
+    "EntrypointError",
+    "RunPlan",
+    "build_trainer",
+    "plan_run",
+    "resolve_entrypoint",
+]
+
+DEFAULT_LOCAL_STORAGE = "~/trainjob_results"
+
+
+class EntrypointError(ValueError):
+    """An entrypoint cannot be imported; ``field`` names the manifest field."""
+
+    def __init__(self, field: str, message: str, hint: str) -> None:
+        super().__init__(f"{field}: {message} (hint: {hint})")
+        self.field = field
+
+
+def resolve_entrypoint(entrypoint: str, field: str) -> Callable[..., Any]:
+    """Import ``package.module:function`` (the current directory is importable)."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    module_name, attr = split_entrypoint(entrypoint)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise EntrypointError(
+            field,
+            f"cannot import module {module_name!r} ({exc})",
+            "run from the folder that contains the package, or add it to PYTHONPATH",
+        ) from exc
+    except Exception as exc:
+        raise EntrypointError(
+            field,
+            f"importing {module_name!r} failed: {exc!r}",
+            "fix the module so that it imports cleanly",
+        ) from exc
+    fn = getattr(module, attr, None)
+    if fn is None:
+        names = sorted(
+            n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))
+        )
+        raise EntrypointError(
+            field,
+            f"module {module_name!r} has no attribute {attr!r}",
+            f"callables there: {', '.join(names[:10]) or 'none'}",
+        )
+    if not callable(fn):
+        raise EntrypointError(field, f"{entrypoint} is not callable", "point it at a function")
+    return fn
+
+
+@dataclass
+class RunPlan:
+    """Everything needed to start the run, resolved before anything starts."""
+
+    job: TrainJob
+    train_fn: Callable[..., Any]
+    validate_fn: Callable[..., Any] | None
+    num_workers: int
+    storage_path: str
+    worker_cpus: float
+    worker_gpus: int = 0
+    """GPUs per worker: the ``nvidia.com/gpu`` count the worker pods are rendered with."""
+    trainer_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def _cpu_quantity(value: int | str | None) -> float:
+    return 1.0 if value is None else parse_quantity(value)
+
+
+def plan_run(
+    job: TrainJob, num_workers: int | None = None, storage_path: str | None = None
+) -> RunPlan:
+    """Resolve entrypoints, workers and storage of ``job`` (raises EntrypointError)."""
+    spec = job.spec
+    train_fn = resolve_entrypoint(spec.entrypoint, "spec.entrypoint")
+    validate_fn = (
+        resolve_entrypoint(spec.validation.entrypoint, "spec.validation.entrypoint")
+        if spec.validation is not None
+        else None
+    )
+    workers = spec.scaling.num_workers if num_workers is None else num_workers
+    storage = (
+        storage_path
+        or (spec.storage.path if spec.storage else None)
+        or os.path.expanduser(DEFAULT_LOCAL_STORAGE)
+    )
+    cpus = _cpu_quantity(spec.scaling.resources_per_worker.get("cpu"))
+    gpus = spec.scaling.gpus_per_worker() if spec.scaling.tpu is None else 0
+    if spec.framework == "jax" and importlib.util.find_spec("trainer_runtime.jax") is None:
+        raise EntrypointError(
+            "spec.framework",
+            "framework 'jax' needs trainer_runtime.jax, which this version does not include yet",
+            "use framework: torch",
+        )
+    if (
+        spec.scaling.tpu is not None
+        and workers > 0
+        and not os.environ.get("RAY_ADDRESS")
+        and not os.environ.get("TPU_WORKER_ID")
+    ):
+        # Only meaningful for ``trainjob run`` starting its own local Ray on a machine without
+        # TPUs. A driver that joins an existing cluster (``RAY_ADDRESS``: the in-cluster driver
+        # pod, which runs on a CPU node) finds the TPU hosts through Ray's resources.
+        raise EntrypointError(
+            "spec.scaling.tpu",
+            "this machine has no TPU hosts and RAY_ADDRESS names no Ray cluster to join",
+            "run the TrainJob on GKE, set RAY_ADDRESS to a Ray cluster with TPU hosts, or pass "
+            "--num-workers 0 to run the train function here in one process",
+        )
+    return RunPlan(job, train_fn, validate_fn, workers, storage, cpus, worker_gpus=gpus)
+
+
+def build_trainer(plan: RunPlan, callbacks: list[Callback]) -> Any:
+    """The runtime trainer (TorchTrainer / JaxTrainer) for a planned run."""
+    from trainer_runtime import (
+        CheckpointConfig,
+        FailureConfig,
+        RunConfig,
+        ScalingConfig,
+        ValidationConfig,
+    )
+    from trainer_runtime.config import VALIDATION_RESOURCE
+
+    spec = plan.job.spec
+    validation = spec.validation
+    upload_mode = {"async": "async", "sync": "sync", "none": "no_upload"}[
+        spec.checkpoint.upload_mode
+    ]
+    resources: dict[str, float] = {"CPU": plan.worker_cpus}
+    if plan.worker_gpus > 0:
+        # The same count the worker pods get (``nvidia.com/gpu``; ``useGpu`` alone means 1).
+        resources["GPU"] = float(plan.worker_gpus)
+    run_config = RunConfig(
+        name=plan.job.metadata.name,
+        storage_path=plan.storage_path,
+        checkpoint_config=CheckpointConfig(
+            num_to_keep=spec.checkpoint.num_to_keep,
+            checkpoint_score_attribute=spec.checkpoint.score_attribute,
+            checkpoint_score_order=spec.checkpoint.score_order,
+        ),
+        failure_config=FailureConfig(max_failures=spec.failure.max_failures),
+        validation_config=ValidationConfig(
+            # The validation pool advertises this resource, also while it is scaled to zero:
+            # validations wait for a pool node rather than run on the training workers.
+            resources={VALIDATION_RESOURCE: 1.0},
+            max_concurrent_validations=validation.max_concurrent if validation else 1,
+            timeout_s=float(validation.timeout_seconds)
+            if validation and validation.timeout_seconds
+            else None,
+            validate_fn=plan.validate_fn,
+            validate_config=(
+                validation.config
+                if validation and validation.config is not None
+                else dict(spec.config)
+            ),
+        ),
+        checkpoint_upload_mode=upload_mode,
+        callbacks=callbacks,
+        worker_env={e.name: e.value for e in spec.env if e.value is not None},
+    )
+    tpu = spec.scaling.tpu
+    timeout = spec.scaling.placement_timeout_seconds
+    scaling = ScalingConfig(
+        num_workers=plan.num_workers,
+        use_gpu=spec.scaling.use_gpu,
+        resources_per_worker=resources,
+        use_tpu=tpu is not None,
+        accelerator_type=tpu.accelerator_type if tpu is not None else None,
+        topology=tpu.topology if tpu is not None else None,
+        num_slices=tpu.num_slices if tpu is not None else 1,
+        # spec.scaling.placementTimeoutSeconds; unset keeps the runtime's default (600 s).
+        placement_timeout_s=(
+            float(timeout) if timeout is not None else ScalingConfig.placement_timeout_s
+        ),
+    )
+    if spec.framework == "torch":
+        from trainer_runtime.torch import TorchTrainer
+
+        return TorchTrainer(
+            plan.train_fn,
+            train_loop_config=dict(spec.config),
+            scaling_config=scaling,
+            run_config=run_config,
+        )
+    from trainer_runtime.jax import JaxTrainer
+
+    jax_trainer: Any = JaxTrainer(
+        plan.train_fn,
+        train_loop_config=dict(spec.config),
+        scaling_config=scaling,
+        run_config=run_config,
+    )
+    return jax_trainer
