@@ -236,6 +236,34 @@ def test_plan_validation_pool_and_its_annotation_and_callback() -> None:
     assert plan.annotations == {} and plan.requeue_after == pytest.approx(41)
 
 
+@pytest.mark.parametrize(
+    ("phase", "suspend"), [("Succeeded", False), ("Failed", False), ("Suspended", True)]
+)
+def test_a_job_without_a_cluster_gets_no_pool_callback_or_demand_stamp(
+    phase: str, suspend: bool
+) -> None:
+    # Its status keeps the last pool size (above minReplicas) and the driver's last demand;
+    # the pool's idle callback and demand stamp used to come back on every reconcile.
+    job = _job(
+        suspend=suspend,
+        validation={
+            "entrypoint": "pkg.mod:validate",
+            "pool": {"minReplicas": 0, "maxReplicas": 3, "idleSeconds": 60},
+        },
+    )
+    stamp = {LAST_DEMAND_ANNOTATION: "2026-12-01T10:00:00Z"}  # idle for two hours
+
+    def render(job: TrainJob, uid: str, attempt: int, replicas: int) -> list[dict[str, Any]]:
+        return _desired(attempt, replicas)
+
+    for validations in ({"pending": 0, "running": 0}, {"pending": 1, "running": 1}):
+        status = {"phase": phase, "validationPool": {"replicas": 2}, "validations": validations}
+        plan = plan_trainjob(job, "u", status, stamp, [], render, NOW)
+        assert plan.status["phase"] == phase
+        assert plan.requeue_after is None, validations
+        assert plan.annotations == {}, validations
+
+
 def test_plan_trainjob_renders_the_current_attempt_with_the_pool_size() -> None:
     calls: list[tuple[str, int, int]] = []
 

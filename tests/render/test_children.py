@@ -383,3 +383,40 @@ def test_render_for_reconcile_is_render_children_positionally() -> None:
     assert render_for_reconcile(job, UID, 1, 2) == render_children(
         job, uid=UID, attempt=1, validation_replicas=2
     )
+
+
+def test_the_job_context_is_resolved_once_for_all_children(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import trainjob_operator.render.context as context
+    import trainjob_operator.render.placement as placement
+
+    calls: dict[str, int] = {}
+
+    def counted(module: Any, name: str) -> None:
+        original = getattr(module, name)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            calls[name] = calls.get(name, 0) + 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, wrapper)
+
+    counted(context, "parse_pod_template")
+    for role in ("head", "worker", "validation", "driver"):
+        counted(placement, f"{role}_placement")
+    job = tpu_job(
+        "4x4",
+        num_slices=2,
+        validation={"entrypoint": "pkg.mod:validate", "pool": {"maxReplicas": 3}},
+        podTemplate={"tolerations": [{"key": "team", "operator": "Exists"}]},
+    )
+    children = render_children(job, uid=UID, validation_replicas=3)
+    assert sum(1 for c in children if c["kind"] == "Pod") == 1 + 8 + 3 + 1
+    assert calls == {
+        "parse_pod_template": 1,
+        "head_placement": 1,
+        "worker_placement": 1,
+        "validation_placement": 1,
+        "driver_placement": 1,
+    }

@@ -79,7 +79,7 @@ OPERATOR_STATUS_KEYS = (
 )
 
 #: The driver's exit status for invalid input (its own validation of the TrainJob failed):
-#: no restart can fix it, so the job fails at once (``trainjob_operator.driver_main``).
+#: no restart can fix it, so the job fails at once (``trainjob_operator.launcher.driver``).
 INVALID_INPUT_EXIT_CODE = 2
 #: How much of a container's termination message goes into conditions and Events.
 TERMINATION_MESSAGE_LIMIT = 1024
@@ -451,7 +451,13 @@ def check_validation_pool_if_needed(
     plan: Plan, pool: PoolSize, annotations: Mapping[str, str]
 ) -> None:
     """Store a new last-demand time in the annotation, and be called back when an idle pool
-    is due to shrink."""
+    is due to shrink; both only while the job's cluster exists (the plan's phase is an active
+    one). A finished or suspended job has no pool left to size: its status keeps the last
+    ``validationPool.replicas`` (and maybe the driver's last demand), so a callback or a new
+    timestamp there would come back on every reconcile."""
+    phase = plan.new_status.phase
+    if phase is not None and (phase.finished or phase == Phase.SUSPENDED):
+        return
     if pool.scale_down_in is not None:
         plan.requeue_at_most(pool.scale_down_in + 1.0)
     if pool.last_demand and pool.last_demand != annotations.get(LAST_DEMAND_ANNOTATION):
