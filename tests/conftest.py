@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.gcs import GCSEmulator
+from tests.s3 import S3Server
 from trainer_runtime.storage.factory import reset_storage_cache
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -44,6 +45,26 @@ def gcs_emulator() -> Iterator[GCSEmulator]:
             os.environ.pop("STORAGE_EMULATOR_HOST", None)
         else:
             os.environ["STORAGE_EMULATOR_HOST"] = old
+        reset_storage_cache()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """moto's S3 server on a free port; pyarrow's S3 client in this process is pointed at it
+    (Ray workers get ``s3_server.env`` through ``RunConfig.worker_runtime_env``)."""
+    server = S3Server().start()
+    old = {key: os.environ.get(key) for key in server.env}
+    os.environ.update(server.env)
+    reset_storage_cache()
+    try:
+        yield server
+    finally:
+        server.stop()
+        for key, value in old.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         reset_storage_cache()
 
 
@@ -122,10 +143,14 @@ def gcs_bucket(gcs_emulator: GCSEmulator) -> str:
     return gcs_emulator.new_bucket()
 
 
-@pytest.fixture(params=["local", "gcs"])
+@pytest.fixture(params=["local", "gcs", "s3"])
 def storage_path(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A storage root: a local folder, or ``gs://<fresh bucket>/runs`` on the emulator."""
+    """A storage root: a local folder, ``gs://<fresh bucket>/runs`` on fake-gcs-server, or
+    ``s3://<fresh bucket>/runs`` on moto's S3 server."""
     if request.param == "local":
         return str(tmp_path / "storage")
+    if request.param == "s3":
+        server: S3Server = request.getfixturevalue("s3_server")
+        return f"s3://{server.new_bucket()}/runs"
     emulator: GCSEmulator = request.getfixturevalue("gcs_emulator")
     return f"gs://{emulator.new_bucket()}/runs"

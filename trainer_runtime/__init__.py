@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainer_runtime._session import get_session
-from trainer_runtime.callbacks import Callback
+from trainer_runtime.callbacks import Callback, TrainRunContext, UserCallback
 from trainer_runtime.checkpoint import Checkpoint, CheckpointUploadMode
 from trainer_runtime.checkpoint_manager import CheckpointRecord, CheckpointStatus
 from trainer_runtime.config import (
@@ -31,6 +31,11 @@ from trainer_runtime.errors import (
     TrainingFailedError,
     UserConfigError,
     WorkerGroupError,
+)
+from trainer_runtime.reported_checkpoint import (
+    CheckpointConsistencyMode,
+    ReportedCheckpoint,
+    ReportedCheckpointStatus,
 )
 from trainer_runtime.result import Result
 from trainer_runtime.trainer import DataParallelTrainer
@@ -70,15 +75,14 @@ def report(
       report without a checkpoint (e.g. the ranks that save nothing). Either runs as a Ray
       task (on the validation pool when there is one); its metrics merge into the
       checkpoint's.
-    * ``checkpoint_upload_fn(checkpoint, dest) -> Checkpoint`` is not supported yet: it raises
-      ``NotImplementedError`` naming the alternative.
+    * ``checkpoint_upload_fn(checkpoint, checkpoint_dir_name) -> Checkpoint`` (Ray Train's):
+      with ``SYNC`` or ``ASYNC``, this function stores the checkpoint instead of the runtime
+      (in the calling thread, or in the background uploader in report order), into
+      ``get_context().get_storage().build_checkpoint_path_from_name(checkpoint_dir_name)``,
+      and returns ``Checkpoint(that path)``; a ``ValueError`` when it returns anything else.
+      The commit then checks the stored folder's listing; ``delete_local_checkpoint_after_upload``
+      deletes the reported folder after it returned.
     """
-    if checkpoint_upload_fn is not None:
-        raise NotImplementedError(
-            "report(checkpoint_upload_fn=...) is not supported by trainer_runtime yet; report "
-            "the local folder (SYNC or ASYNC upload), or write it to its final place and pass "
-            "checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD"
-        )
     get_session("report").report(
         metrics,
         checkpoint=checkpoint,
@@ -88,6 +92,7 @@ def report(
         validation=validation,
         validate_fn=validate_fn,
         validate_config=validate_config,
+        checkpoint_upload_fn=checkpoint_upload_fn,
     )
 
 
@@ -99,6 +104,25 @@ def get_checkpoint() -> Checkpoint | None:
     storage (stored by this rank; committed once every rank's part is stored).
     """
     return get_session("get_checkpoint").latest_checkpoint
+
+
+def get_all_reported_checkpoints(
+    consistency_mode: CheckpointConsistencyMode = CheckpointConsistencyMode.VALIDATED,
+    timeout_s: float | None = None,
+) -> list[ReportedCheckpoint]:
+    """Every kept checkpoint of the run so far, as Ray Train 2.60's function of the same name.
+
+    Waits until every ``report()`` this rank made is processed by the controller (its
+    checkpoint committed: ``CheckpointConsistencyMode.COMMITTED``), and with ``VALIDATED``
+    (the default) until no validation is pending either; after ``timeout_s`` seconds (None:
+    no limit) it returns what is there. Each :class:`ReportedCheckpoint` holds the
+    checkpoint, its metrics (rank 0's, with validation metrics merged in) and its
+    :class:`ReportedCheckpointStatus`, in Ray's order: by score, worst first, when
+    ``CheckpointConfig.checkpoint_score_attribute`` is set, else oldest first.
+    """
+    return get_session("get_all_reported_checkpoints").get_all_reported_checkpoints(
+        consistency_mode, timeout_s
+    )
 
 
 def get_context() -> TrainContext:
@@ -123,6 +147,7 @@ __all__ = [
     "Callback",
     "Checkpoint",
     "CheckpointConfig",
+    "CheckpointConsistencyMode",
     "CheckpointRecord",
     "CheckpointStatus",
     "CheckpointUploadError",
@@ -131,16 +156,21 @@ __all__ = [
     "DataParallelTrainer",
     "FailureConfig",
     "ReportError",
+    "ReportedCheckpoint",
+    "ReportedCheckpointStatus",
     "Result",
     "RunConfig",
     "ScalingConfig",
     "StorageInfo",
     "TrainContext",
+    "TrainRunContext",
     "TrainingFailedError",
+    "UserCallback",
     "UserConfigError",
     "ValidationConfig",
     "ValidationTaskConfig",
     "WorkerGroupError",
+    "get_all_reported_checkpoints",
     "get_checkpoint",
     "get_context",
     "report",

@@ -18,7 +18,7 @@ from trainer_runtime._events import WorkerFinishedEvent
 from trainer_runtime._fencing import FenceCheck, take_over
 from trainer_runtime._validation import BaseValidationDispatcher
 from trainer_runtime.backend import Backend
-from trainer_runtime.callbacks import call_all
+from trainer_runtime.callbacks import TrainRunContext, call_all
 from trainer_runtime.checkpoint_manager import CheckpointManager
 from trainer_runtime.config import RunConfig, ScalingConfig
 from trainer_runtime.context import TrainContext
@@ -64,9 +64,12 @@ class BaseController:
         run = spec.run
         assert run.checkpoint_config is not None and run.failure_config is not None
         self.run_path = run.run_path
-        self.storage = get_storage(self.run_path)
+        self.storage = get_storage(self.run_path, run.storage_filesystem)
         self.manager = CheckpointManager(self.run_path, run.checkpoint_config, self.storage)
         self.coordinator = RunCoordinator(self.manager, self.storage, run.callbacks)
+        #: What Ray Train's ``UserCallback`` hooks get as ``run_context``.
+        self.run_context = TrainRunContext(run, spec.train_config, spec.scaling)
+        self.coordinator.run_context = self.run_context
         self.failures = 0
         #: Failures of other ranks seen while the last attempt was failing.
         self.other_failures: dict[int, BaseException] = {}
@@ -100,6 +103,7 @@ class BaseController:
             checkpoints=list(self.manager.records),
             best_checkpoint=best.checkpoint if best else None,
             restarts=self.failures,
+            _storage_filesystem=self.spec.run.storage_filesystem,
         )
 
     def _owns_run_folder(self) -> bool:
@@ -154,6 +158,7 @@ class BaseController:
                 except (UserConfigError, ValidationDispatchError, FencedError) as exc:
                     raise self._fail(exc) from exc
                 except WorkerFailure as exc:
+                    self._after_exception(exc)
                     if exc.permanent:
                         raise self._fail(exc) from exc
                     self.failures += 1
@@ -214,6 +219,19 @@ class BaseController:
             )
         return ControllerError(exc, head, result=result)
 
+    def _after_exception(self, exc: WorkerFailure) -> None:
+        """Ray Train's ``UserCallback.after_exception``: rank -> exception of every worker
+        that failed (not called for failures of the controller itself)."""
+        if exc.rank is None:
+            return
+        failures = {**self.other_failures, exc.rank: exc.exception or RuntimeError(str(exc))}
+        call_all(
+            self.spec.run.callbacks,
+            "after_exception",
+            run_context=self.run_context,
+            worker_exceptions=dict(sorted(failures.items())),
+        )
+
     def _cleanup_partial(self) -> None:
         for uri in self.coordinator.abandon_attempt():
             logger.info("Deleting uncommitted checkpoint folder %s", uri)
@@ -265,6 +283,7 @@ class RayController(BaseController):
             spec.backend.on_start(group, spec.scaling)
             world = group.world_size
             offset = self.coordinator.begin_attempt(world)
+            self.coordinator.reply = _ray_reply(group)
             latest = self.manager.latest
             assert spec.run.name is not None and spec.run.storage_path is not None
             ray.get(
@@ -281,6 +300,7 @@ class RayController(BaseController):
                             spec.run.name,
                             spec.run.storage_path,
                             self.attempt,
+                            spec.run.storage_filesystem,
                         ),
                         latest.path if latest else None,
                         offset,
@@ -301,6 +321,7 @@ class RayController(BaseController):
             self._consume_events(group)
             self.coordinator.finish_attempt()
         finally:
+            self.coordinator.reply = None
             try:
                 spec.backend.on_shutdown(group)
             except Exception as exc:  # noqa: BLE001 - tear-down is best effort
@@ -342,6 +363,7 @@ class RayController(BaseController):
                         self.coordinator.handle(event)
                         if isinstance(event, WorkerFinishedEvent):
                             finished.add(event.rank)
+                    self.coordinator.tick()
                     if rank not in finished:
                         pending[by_rank[rank].actor.poll.remote(POLL_TIMEOUT_S)] = rank
         except WorkerFailure as exc:
@@ -415,4 +437,18 @@ class RayController(BaseController):
     def _make_group(self) -> Any:
         from trainer_runtime.worker_group import WorkerGroup
 
-        return WorkerGroup(self.spec.scaling, env=self.spec.run.worker_env)
+        return WorkerGroup(
+            self.spec.scaling,
+            env=self.spec.run.worker_env,
+            runtime_env=self.spec.run.worker_runtime_env,
+        )
+
+
+def _ray_reply(group: Any) -> Any:
+    """Answers reach a Ray worker through its actor's ``deliver`` (fire and forget)."""
+    by_rank = {w.rank: w for w in group.workers}
+
+    def reply(rank: int, request_id: int, value: Any) -> None:
+        by_rank[rank].actor.deliver.remote(request_id, value)
+
+    return reply

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from trainer_runtime._events import (
     Event,
     ReportEvent,
+    RequestEvent,
     UploadDoneEvent,
     UploadFailedEvent,
     WorkerFinishedEvent,
@@ -99,6 +100,31 @@ class KeywordValidation:
         return self.fn(checkpoint, **fn_kwargs)
 
 
+#: Sends an answer to a rank: ``reply(rank, request_id, value)`` (see ``RequestEvent``).
+Reply = Any
+
+
+@dataclass
+class _Query:
+    """A rank waiting in ``get_all_reported_checkpoints()``."""
+
+    rank: int
+    request_id: int
+    #: Rounds below this one must be processed (the rank reported them).
+    until_round: int
+    validated: bool
+    deadline: float | None
+
+
+@dataclass
+class _Collective:
+    """Ranks inside one collective call (by sequence number)."""
+
+    caller: str
+    arrived: dict[int, int] = field(default_factory=dict)  # rank -> request id
+    data: Any = None
+
+
 @dataclass(frozen=True)
 class _ValidationRequest:
     fn: Any
@@ -129,6 +155,14 @@ class RunCoordinator:
         self._cursor = 0
         self._report_counts: dict[int, int] = {}
         self.lock = threading.RLock()
+        #: How answers reach the ranks (set by the controller for each attempt).
+        self.reply: Reply | None = None
+        #: Ray Train's ``TrainRunContext``, passed to ``UserCallback`` hooks.
+        self.run_context: Any = None
+        self._queries: list[_Query] = []
+        self._collectives: dict[int, _Collective] = {}
+        self._finished: set[int] = set()
+        self._offset = 0
 
     # -- attempts -------------------------------------------------------------------------
     def begin_attempt(self, world_size: int) -> int:
@@ -137,7 +171,10 @@ class RunCoordinator:
             self.world_size = world_size
             self._rounds.clear()
             self._report_counts = {rank: 0 for rank in range(world_size)}
-            self._cursor = self.manager.next_round
+            self._cursor = self._offset = self.manager.next_round
+            self._queries.clear()
+            self._collectives.clear()
+            self._finished.clear()
             return self._cursor
 
     def abandon_attempt(self) -> list[str]:
@@ -178,7 +215,7 @@ class RunCoordinator:
                 self._commit_ready()
             elif isinstance(event, UploadFailedEvent):
                 what = f"rank {event.rank} failed to upload checkpoint {event.uri}: {event.error}"
-                cause = CheckpointUploadError(event.error)
+                cause = event.exception or CheckpointUploadError(event.error)
                 if event.permanent and not event.source_error:
                     what += (
                         ". Retrying cannot fix this error, so the run stops instead of "
@@ -187,6 +224,11 @@ class RunCoordinator:
                 raise WorkerFailure(
                     what, rank=event.rank, exception=cause, permanent=event.permanent
                 ) from cause
+            elif isinstance(event, RequestEvent):
+                self._on_request(event)
+            elif isinstance(event, WorkerFinishedEvent) and event.error is None:
+                self._finished.add(event.rank)
+                self._check_stranded()
             elif isinstance(event, WorkerFinishedEvent) and event.error is not None:
                 # config_error: a bad report() call or configuration, which every restart
                 # would repeat: the run fails at once.
@@ -196,6 +238,91 @@ class RunCoordinator:
                     traceback_text=event.traceback,
                     exception=event.exception or RuntimeError(event.error),
                     permanent=event.config_error,
+                )
+
+    # -- requests: collectives and get_all_reported_checkpoints() ----------------------------
+    def _send(self, rank: int, request_id: int, value: Any) -> None:
+        if self.reply is None:
+            raise UserConfigError(
+                f"rank {rank} waits for the controller, but this run cannot answer workers"
+            )
+        self.reply(rank, request_id, value)
+
+    def _on_request(self, event: RequestEvent) -> None:
+        if event.kind == "collective":
+            seq, caller, data = event.payload
+            collective = self._collectives.setdefault(seq, _Collective(caller))
+            collective.arrived[event.rank] = event.request_id
+            if event.rank == 0:
+                collective.data = data
+            if len(collective.arrived) == self.world_size:
+                del self._collectives[seq]
+                for rank, request_id in sorted(collective.arrived.items()):
+                    self._send(rank, request_id, collective.data)
+            else:
+                self._check_stranded()
+        elif event.kind == "reported_checkpoints":
+            until_round, mode, timeout_s = event.payload
+            deadline = None if timeout_s is None else time.monotonic() + float(timeout_s)
+            self._queries.append(
+                _Query(event.rank, event.request_id, until_round, mode == "VALIDATED", deadline)
+            )
+            self._answer_queries()
+            self._check_stranded()
+        else:  # pragma: no cover - the session sends only the kinds above
+            raise UserConfigError(f"unknown request {event.kind!r} from rank {event.rank}")
+
+    def _answer_queries(self, now: float | None = None) -> None:
+        """Answer the ``get_all_reported_checkpoints()`` calls whose wait is over."""
+        if not self._queries:
+            return
+        pending_validation = any(r.status.is_pending for r in self.manager.records)
+        waiting: list[_Query] = []
+        answer: list[Any] | None = None
+        for query in self._queries:
+            ready = self._cursor >= query.until_round and not (
+                query.validated and pending_validation
+            )
+            timed_out = query.deadline is not None and (now or time.monotonic()) >= query.deadline
+            if not (ready or timed_out):
+                waiting.append(query)
+                continue
+            if answer is None:
+                answer = self.manager.reported_checkpoints()
+            self._send(query.rank, query.request_id, answer)
+        self._queries = waiting
+
+    def tick(self) -> None:
+        """Called by the controller at least once a second: answers queries whose
+        ``timeout_s`` passed."""
+        with self.lock:
+            self._answer_queries(time.monotonic())
+
+    def _check_stranded(self) -> None:
+        """Fail the attempt when ranks wait for a rank whose train function already returned:
+        in a collective it never joins, or for rounds it never reports."""
+        if not self._finished:
+            return
+        for collective in self._collectives.values():
+            missing = sorted(set(range(self.world_size)) - set(collective.arrived))
+            done = sorted(set(missing) & self._finished)
+            if done:
+                raise UserConfigError(
+                    f"ranks {sorted(collective.arrived)} wait in {collective.caller}() but the "
+                    f"train function of rank(s) {done} returned without calling it; every rank "
+                    "must call the same collectives in the same order"
+                )
+        for query in self._queries:
+            short = sorted(
+                rank
+                for rank in self._finished
+                if self._offset + self._report_counts.get(rank, 0) < query.until_round
+            )
+            if short:
+                raise UserConfigError(
+                    f"rank {query.rank} waits in get_all_reported_checkpoints() for report "
+                    f"rounds that rank(s) {short} never reported (their train function "
+                    "returned); every rank must call report() the same number of times"
                 )
 
     def _round(self, index: int) -> _Round:
@@ -237,14 +364,23 @@ class RunCoordinator:
             if rnd is None or not rnd.complete(self.world_size):
                 return
             self.manager.note_round(rnd.index)
+            record = None
             if rnd.checkpoint_uri is not None:
                 # A round whose commit fails stays in ``_rounds``: ``abandon_attempt``
                 # then hands its folder to the controller for deletion.
-                self._commit(rnd)
+                record = self._commit(rnd)
             del self._rounds[self._cursor]
             self._cursor += 1
+            call_all(
+                self.callbacks,
+                "after_report",
+                run_context=self.run_context,
+                metrics=[rnd.reports[rank].metrics for rank in sorted(rnd.reports)],
+                checkpoint=None if record is None else record.checkpoint,
+            )
+            self._answer_queries()
 
-    def _commit(self, rnd: _Round) -> None:
+    def _commit(self, rnd: _Round) -> CheckpointRecord:
         uri = rnd.checkpoint_uri
         assert uri is not None
         rank0 = rnd.reports[0]
@@ -278,6 +414,7 @@ class RunCoordinator:
                     "report() asked for a validation but this run has no validation dispatcher"
                 )
             self.validator.submit(record, request.fn, request.config, request.timeout_s)
+        return record
 
     def _validation_request(self, rnd: _Round) -> _ValidationRequest | None:
         """Which validation a committed round gets: a ``validate_fn`` passed to ``report()``
@@ -366,6 +503,7 @@ class RunCoordinator:
             record = self.manager.record_validation(name, status, metrics, error)
             if record is not None:
                 call_all(self.callbacks, "on_checkpoint", record, self.manager.best())
+            self._answer_queries()
             return record
 
     def validation_queue_changed(

@@ -59,6 +59,8 @@ class UploadFailedEvent:
     permanent: bool = False
     #: The reported folder vanished or changed before its upload finished (a user error).
     source_error: bool = False
+    #: The exception of a ``checkpoint_upload_fn`` (the worker's failure, as in Ray Train).
+    exception: BaseException | None = None
 
 
 @dataclass
@@ -75,7 +77,21 @@ class WorkerFinishedEvent:
     config_error: bool = False
 
 
-Event = ReportEvent | UploadDoneEvent | UploadFailedEvent | WorkerFinishedEvent
+@dataclass
+class RequestEvent:
+    """A rank waits for the controller's answer (``collective.*``,
+    ``get_all_reported_checkpoints()``); the answer comes back through the worker's
+    ``deliver(request_id, value)``."""
+
+    rank: int
+    request_id: int
+    #: ``collective`` (payload: (sequence number, data)) or ``reported_checkpoints``
+    #: (payload: (rounds this rank reported up to, consistency mode, timeout_s)).
+    kind: str
+    payload: Any = None
+
+
+Event = ReportEvent | UploadDoneEvent | UploadFailedEvent | WorkerFinishedEvent | RequestEvent
 
 
 class EventBuffer:

@@ -134,6 +134,14 @@ class _Consumer(_EventDrain):
         if self.error is not None:
             raise self.error
 
+    def _step(self) -> None:
+        super()._step()
+        if self.error is None:
+            try:
+                self.coordinator.tick()  # get_all_reported_checkpoints(timeout_s=...)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the train thread
+                self.error = exc
+
     def _handle(self, batch: list[Event]) -> None:
         for event in batch:
             if isinstance(event, WorkerFinishedEvent):
@@ -202,6 +210,31 @@ class _StoreReceiver(_BackgroundLoop):
             time.sleep(0.005)
 
 
+class _StoreReplyReceiver(_BackgroundLoop):
+    """Non-zero torchrun ranks: answers from rank 0's controller, through the c10d store."""
+
+    thread_name = "reply-receiver"
+
+    def __init__(self, store: Any, prefix: str, rank: int, session: TrainSession) -> None:
+        super().__init__()
+        self.store = store
+        self.prefix = prefix
+        self.rank = rank
+        self.session = session
+        self.next_id = 0
+        self._start()
+
+    def _step(self) -> None:
+        key = f"{self.prefix}/reply/{self.rank}/{self.next_id}"
+        if self.store.check([key]):
+            value = pickle.loads(self.store.get(key))
+            self.store.delete_key(key)
+            self.session.deliver(self.next_id, value)
+            self.next_id += 1
+        else:
+            self._stop.wait(0.01)
+
+
 class LocalController(BaseController):
     """Runs the train function in this process, as one rank."""
 
@@ -231,10 +264,14 @@ class LocalController(BaseController):
                 driver_epoch=self.epoch,
                 validation_fn_set=self.validation_fn_set,
             )
+            self.coordinator.reply = lambda _rank, request_id, value: session.deliver(
+                request_id, value
+            )
             run_train_fn(session, spec.train_fn, spec.train_config)
             consumer.wait_all_finished()
         finally:
             consumer.close()
+            self.coordinator.reply = None
             spec.backend.on_local_shutdown()
         if consumer.error is not None:
             raise consumer.error
@@ -251,6 +288,7 @@ class LocalController(BaseController):
             self.spec.run.name,
             self.spec.run.storage_path,
             self.attempt,
+            self.spec.run.storage_filesystem,
         )
 
     # -- torchrun ---------------------------------------------------------------------------
@@ -302,11 +340,20 @@ class LocalController(BaseController):
                 driver_epoch=self.epoch,
                 validation_fn_set=self.validation_fn_set,
             )
+
+            def reply(rank: int, request_id: int, value: Any) -> None:
+                if rank == 0:
+                    session.deliver(request_id, value)
+                else:
+                    store.set(f"{prefix}/reply/{rank}/{request_id}", pickle.dumps(value))
+
+            self.coordinator.reply = reply
             run_train_fn(session, self.spec.train_fn, self.spec.train_config)
             consumer.wait_all_finished(timeout=None if consumer.error is None else 30.0)
         finally:
             receiver.close()
             consumer.close()
+            self.coordinator.reply = None
         error = consumer.error
         if error is None:
             try:
@@ -333,8 +380,13 @@ class LocalController(BaseController):
         store.wait([f"{prefix}/start"], timedelta(seconds=600))
         start = json.loads(store.get(f"{prefix}/start"))
         sender = _StoreSender(store, prefix, ranks.world_rank)
+        replies: _StoreReplyReceiver | None = None
         try:
-            latest = Checkpoint(start["latest"]) if start["latest"] else None
+            latest = (
+                Checkpoint(start["latest"], self.spec.run.storage_filesystem)
+                if start["latest"]
+                else None
+            )
             session = TrainSession(
                 context,
                 sender.put,
@@ -344,9 +396,12 @@ class LocalController(BaseController):
                 driver_epoch=int(start.get("epoch", 0)),
                 validation_fn_set=self.validation_fn_set,
             )
+            replies = _StoreReplyReceiver(store, prefix, ranks.world_rank, session)
             run_train_fn(session, self.spec.train_fn, self.spec.train_config)
         finally:
             sender.close()
+            if replies is not None:
+                replies.close()
         store.wait([f"{prefix}/done"], timedelta(seconds=3600))
         done = json.loads(store.get(f"{prefix}/done"))
         self.manager.restore()

@@ -21,6 +21,7 @@ from typing import Any
 from trainer_runtime._events import (
     Event,
     ReportEvent,
+    RequestEvent,
     UploadDoneEvent,
     UploadFailedEvent,
     WorkerFinishedEvent,
@@ -45,6 +46,20 @@ logger = logging.getLogger(__name__)
 
 Sink = Callable[[Event], None]
 
+#: ``broadcast_from_rank_zero`` warns above this many pickled bytes (Ray Train's limit).
+MAX_BROADCAST_SIZE_BYTES = 1000
+#: How often a rank waiting for the controller checks that the run is still healthy.
+_REPLY_POLL_S = 0.5
+
+
+class _Reply:
+    """One answer a rank waits for (see :meth:`TrainSession.request`)."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.value: Any = None
+
+
 __all__ = ["TrainSession", "default_checkpoint_dir_name", "get_session", "set_session"]
 
 
@@ -65,7 +80,7 @@ class TrainSession:
     ) -> None:
         self.context = context
         self.run_path = context.get_run_path()
-        self.storage = get_storage(self.run_path)
+        self.storage = get_storage(self.run_path, context.storage_filesystem)
         self._sink = sink
         self.latest_checkpoint = latest_checkpoint
         self.next_round = round_offset
@@ -80,6 +95,11 @@ class TrainSession:
         self.validation_fn_set = validation_fn_set
         self._uploader: AsyncUploader | None = None
         self._lock = threading.Lock()
+        #: Answers this rank waits for, by request id (see :meth:`request`).
+        self._replies: dict[int, _Reply] = {}
+        self._next_request = 0
+        #: Collectives entered so far (every rank enters them in the same order).
+        self.collective_seq = 0
 
     # -- report ---------------------------------------------------------------------------
     def report(
@@ -92,6 +112,7 @@ class TrainSession:
         validation: bool | ValidationTaskConfig = False,
         validate_fn: Callable[..., Any] | None = None,
         validate_config: dict[str, Any] | None = None,
+        checkpoint_upload_fn: Callable[[Checkpoint, str], Checkpoint] | None = None,
     ) -> None:
         """See :func:`trainer_runtime.report`."""
         task = self._validation_task(validation, checkpoint)
@@ -112,6 +133,10 @@ class TrainSession:
             raise ReportError(
                 f"report(checkpoint=...) must be a trainer_runtime.Checkpoint (use "
                 f"Checkpoint.from_directory(path)), got {type(checkpoint).__name__}"
+            )
+        if checkpoint_upload_fn is not None and not callable(checkpoint_upload_fn):
+            raise ReportError(
+                f"report(checkpoint_upload_fn=...) must be callable, got {checkpoint_upload_fn!r}"
             )
         if validate_fn is not None and not callable(validate_fn):
             raise ReportError(f"report(validate_fn=...) must be callable, got {validate_fn!r}")
@@ -147,6 +172,14 @@ class TrainSession:
                 )
             if (problem := checkpoint_dir_name_problem(dest.rsplit("/", 1)[-1])) is not None:
                 raise ReportError(f"report(): checkpoint folder {dest}: {problem}")
+        elif checkpoint_upload_fn is not None:
+            name = checkpoint_dir_name or default_checkpoint_dir_name(round_index)
+            dest = join_uri(self.run_path, name)
+            if checkpoint.is_local and not Path(checkpoint.path).is_dir():
+                raise ReportError(
+                    f"report(): checkpoint directory {checkpoint.path} does not exist; write the "
+                    "checkpoint files before calling report()"
+                )
         else:
             if not checkpoint.is_local:
                 raise ReportError(
@@ -166,7 +199,7 @@ class TrainSession:
             if delete_local_checkpoint_after_upload is not None
             else mode is CheckpointUploadMode.ASYNC
         )
-        if delete_after and mode is not CheckpointUploadMode.NO_UPLOAD:
+        if delete_after and mode is not CheckpointUploadMode.NO_UPLOAD and checkpoint.is_local:
             self._refuse_deleting_storage(
                 Path(checkpoint.path), explicit=bool(delete_local_checkpoint_after_upload)
             )
@@ -184,6 +217,11 @@ class TrainSession:
             self._sink(event)
             self._sink(UploadDoneEvent(rank, round_index, dest, stored=None))
             self.latest_checkpoint = Checkpoint(dest)
+            return
+        if checkpoint_upload_fn is not None:
+            self._report_with_upload_fn(
+                event, checkpoint, checkpoint_upload_fn, dest, mode, delete_after
+            )
             return
         local_dir = Path(checkpoint.path)
         if (local_dir / COMMIT_MARKER).exists():
@@ -207,6 +245,51 @@ class TrainSession:
                 ) from exc
             self._sink(event)
             self._on_upload_done(job, stats)
+            return
+        self._sink(event)
+        self._get_uploader().submit(job)
+
+    def _report_with_upload_fn(
+        self,
+        event: ReportEvent,
+        checkpoint: Checkpoint,
+        upload_fn: Callable[[Checkpoint, str], Checkpoint],
+        dest: str,
+        mode: CheckpointUploadMode,
+        delete_after: bool,
+    ) -> None:
+        """``report(checkpoint_upload_fn=fn)``: ``fn(checkpoint, checkpoint_dir_name)`` stores
+        the checkpoint itself (SYNC: now, ASYNC: in the background uploader, in report
+        order) and returns a Checkpoint of the stored folder, which must be ``dest``
+        (``get_context().get_storage().build_checkpoint_path_from_name(name)``). The commit
+        then lists that folder, as for ``NO_UPLOAD``."""
+        name = dest.rsplit("/", 1)[-1]
+
+        def upload() -> str:
+            stored = upload_fn(checkpoint, name)
+            if not isinstance(stored, Checkpoint):
+                raise ReportError(
+                    "checkpoint_upload_fn must return a `trainer_runtime.Checkpoint`. Actual "
+                    f"type is {type(stored)}"
+                )
+            if not _same_folder(stored, dest):
+                raise ReportError(
+                    "Your `checkpoint_upload_fn` returned a checkpoint outside the experiment "
+                    f"directory's folder for this checkpoint: it returned {stored.path}, and "
+                    f"must store the files in {dest} (get_context().get_storage()."
+                    "build_checkpoint_path_from_name(checkpoint_dir_name)) and return "
+                    "Checkpoint(that path)"
+                )
+            if delete_after:
+                _delete_source(checkpoint)
+            return dest
+
+        job = UploadJob(event.round, Path(checkpoint.path), dest, False, upload_fn=upload)
+        if mode is CheckpointUploadMode.SYNC:
+            # The user's exception propagates from report(), as in Ray Train.
+            upload()
+            self._sink(event)
+            self._on_upload_done(job, TransferStats())
             return
         self._sink(event)
         self._get_uploader().submit(job)
@@ -273,7 +356,8 @@ class TrainSession:
             return self._uploader
 
     def _on_upload_done(self, job: UploadJob, stats: TransferStats) -> None:
-        self.latest_checkpoint = Checkpoint(job.dest_uri)  # what get_checkpoint() returns now
+        # What get_checkpoint() returns now.
+        self.latest_checkpoint = Checkpoint(job.dest_uri, self.storage.filesystem)
         self._sink(
             UploadDoneEvent(
                 self.context.world_rank,
@@ -282,7 +366,8 @@ class TrainSession:
                 stats.files,
                 stats.bytes,
                 stats.seconds,
-                stored=stats.stored,
+                # A checkpoint_upload_fn stored the files: the commit lists the folder.
+                stored=None if job.upload_fn is not None else stats.stored,
             )
         )
 
@@ -295,7 +380,62 @@ class TrainSession:
                 describe_error(exc),
                 permanent=is_permanent_error(exc),
                 source_error=isinstance(exc, ReportError),
+                # A checkpoint_upload_fn's own exception is the worker's failure (as in Ray).
+                exception=exc if job.upload_fn is not None and _sendable(exc) else None,
             )
+        )
+
+    # -- answers from the controller --------------------------------------------------------
+    def request(self, kind: str, payload: Any) -> Any:
+        """Send a request to the controller and wait for its answer (delivered through
+        :meth:`deliver`); while waiting, a failed run (local mode) is raised here."""
+        with self._lock:
+            request_id = self._next_request
+            self._next_request += 1
+            reply = self._replies[request_id] = _Reply()
+        self._sink(RequestEvent(self.context.world_rank, request_id, kind, payload))
+        while not reply.event.wait(_REPLY_POLL_S):
+            if self._health_check is not None:
+                self._health_check()
+        if isinstance(reply.value, _Failed):
+            raise reply.value.error
+        return reply.value
+
+    def deliver(self, request_id: int, value: Any) -> None:
+        """The controller's answer to request ``request_id``."""
+        with self._lock:
+            reply = self._replies.pop(request_id, None)
+        if reply is not None:
+            reply.value = value
+            reply.event.set()
+
+    def broadcast_from_rank_zero(self, data: Any, caller: str) -> Any:
+        """Wait until every rank called a collective; return rank 0's ``data``."""
+        if data is not None:
+            size = len(_dumps(data))  # unpicklable data raises here, as in Ray Train
+            if size > MAX_BROADCAST_SIZE_BYTES:
+                logger.warning(
+                    "Data size %d bytes exceeds the maximum broadcast size of %d bytes",
+                    size,
+                    MAX_BROADCAST_SIZE_BYTES,
+                )
+        self.collective_seq += 1
+        if self.context.world_size == 1:
+            return data
+        return self.request("collective", (self.collective_seq, caller, data))
+
+    def get_all_reported_checkpoints(self, consistency_mode: Any, timeout_s: float | None) -> Any:
+        """See :func:`trainer_runtime.get_all_reported_checkpoints`."""
+        from trainer_runtime.reported_checkpoint import CheckpointConsistencyMode
+
+        if isinstance(consistency_mode, str):
+            consistency_mode = CheckpointConsistencyMode(consistency_mode.upper())
+        if not isinstance(consistency_mode, CheckpointConsistencyMode):
+            raise ValueError(f"Unexpected CheckpointConsistencyMode: {consistency_mode}")
+        if timeout_s is not None and timeout_s < 0:
+            raise ValueError(f"timeout_s must be None or >= 0, got {timeout_s}")
+        return self.request(
+            "reported_checkpoints", (self.next_round, consistency_mode.value, timeout_s)
         )
 
     @property
@@ -322,6 +462,45 @@ class TrainSession:
                 exception=error if error is not None and _sendable(error) else None,
                 config_error=isinstance(error, ReportError | UserConfigError),
             )
+        )
+
+
+def _dumps(data: Any) -> bytes:
+    """Pickle as Ray does (cloudpickle: lambdas and local classes too) when Ray is there."""
+    try:
+        from ray import cloudpickle
+    except ImportError:
+        return pickle.dumps(data)
+    out: bytes = cloudpickle.dumps(data)
+    return out
+
+
+def _same_folder(checkpoint: Checkpoint, dest: str) -> bool:
+    """Whether ``checkpoint`` is the folder ``dest``: the same path or URI, or (a checkpoint
+    with a filesystem) the URI's path without its scheme, as Ray Train spells it."""
+    path = checkpoint.path.rstrip("/")
+    if path == dest:
+        return True
+    return checkpoint._filesystem is not None and "://" in dest and dest.split("://", 1)[1] == path
+
+
+class _Failed:
+    """An answer that is an error to raise in the waiting rank."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _delete_source(checkpoint: Checkpoint) -> None:
+    """Delete a reported folder after ``checkpoint_upload_fn`` stored it (best effort, as Ray)."""
+    try:
+        if checkpoint.is_local:
+            shutil.rmtree(checkpoint.path)
+        else:
+            get_storage(checkpoint.path, checkpoint._filesystem).delete_dir(checkpoint.path)
+    except Exception:  # the upload succeeded; Ray logs and goes on too
+        logger.exception(
+            "Failed to delete the local checkpoint after a successful upload: %s", checkpoint
         )
 
 

@@ -39,9 +39,12 @@ class UploadJob:
     snapshot: FolderSnapshot | None = None
     #: Called before each file (fencing); raises to stop the upload.
     check: UploadCheck | None = None
+    #: ``report(checkpoint_upload_fn=...)``: stores the checkpoint itself (and deletes the
+    #: source when asked); returns the stored folder. No snapshot or copy of ours then.
+    upload_fn: Callable[[], str] | None = None
 
     def __post_init__(self) -> None:
-        if self.snapshot is None:
+        if self.snapshot is None and self.upload_fn is None:
             self.snapshot = take_snapshot(self.local_dir)
 
 
@@ -56,6 +59,10 @@ def run_upload(storage: Storage, job: UploadJob) -> TransferStats:
     Raises :class:`~trainer_runtime.errors.CheckpointSourceError` when the folder vanished
     or changed since ``report()``: the checkpoint must not be committed.
     """
+    if job.upload_fn is not None:
+        start = time.perf_counter()
+        job.dest_uri = job.upload_fn()
+        return TransferStats(seconds=time.perf_counter() - start)
     snapshot = job.snapshot
     assert snapshot is not None
     snapshot.verify("before its upload started")

@@ -51,18 +51,24 @@ WAITING_LOG_INTERVAL_S = 60.0
 _STARTED = "__trainjob_validation_started__"
 
 
-def run_validation(fn: Any, checkpoint_path: str, config: dict[str, Any] | None) -> dict[str, Any]:
+def run_validation(
+    fn: Any, checkpoint: Checkpoint | str, config: dict[str, Any] | None
+) -> dict[str, Any]:
     """Call ``fn(checkpoint, config)`` and check that it returns a metrics dict."""
-    result = fn(Checkpoint(checkpoint_path), dict(config or {}))
+    if not isinstance(checkpoint, Checkpoint):
+        checkpoint = Checkpoint(checkpoint)
+    result = fn(checkpoint, dict(config or {}))
     if not isinstance(result, dict):
         raise TypeError(f"validate_fn must return a dict of metrics, got {type(result).__name__}")
     return validate_metrics(result)
 
 
-def validation_task(fn: Any, checkpoint_path: str, config: dict[str, Any] | None) -> Iterator[Any]:
+def validation_task(
+    fn: Any, checkpoint: Checkpoint | str, config: dict[str, Any] | None
+) -> Iterator[Any]:
     """The Ray task body: yields a start signal, then :func:`run_validation`'s metrics."""
     yield _STARTED
-    yield run_validation(fn, checkpoint_path, config)
+    yield run_validation(fn, checkpoint, config)
 
 
 class ValidationResults(Protocol):
@@ -403,7 +409,7 @@ class RayValidationDispatcher(BaseValidationDispatcher):
         options = {"max_retries": 0, **self.task_options}
         return self._task.options(
             **options, num_returns="streaming", name=f"validate:{job.record.name}"
-        ).remote(job.fn, job.record.path, job.config)
+        ).remote(job.fn, job.record.checkpoint, job.config)
 
     def _placement(self) -> str:
         resources = self.task_options.get("resources")
@@ -478,7 +484,7 @@ class ThreadValidationDispatcher(BaseValidationDispatcher):
 
         def target() -> None:
             try:
-                future.set_result(run_validation(job.fn, job.record.path, job.config))
+                future.set_result(run_validation(job.fn, job.record.checkpoint, job.config))
             except BaseException as exc:  # noqa: BLE001 - delivered through the future
                 future.set_exception(exc)
 

@@ -75,6 +75,7 @@ class TrainWorker:
     def __init__(self) -> None:
         self._events = EventBuffer()
         self._thread: threading.Thread | None = None
+        self._session: TrainSession | None = None
 
     def node_info(self) -> dict[str, Any]:
         """Where this worker runs."""
@@ -118,16 +119,26 @@ class TrainWorker:
         session = TrainSession(
             context,
             self._events.put,
-            Checkpoint(latest_checkpoint) if latest_checkpoint else None,
+            (
+                Checkpoint(latest_checkpoint, context.storage_filesystem)
+                if latest_checkpoint
+                else None
+            ),
             round_offset,
             default_upload_mode=default_upload_mode,
             driver_epoch=driver_epoch,
             validation_fn_set=validation_fn_set,
         )
+        self._session = session
         self._thread = threading.Thread(
             target=run_train_fn, args=(session, fn, config), name="train-fn", daemon=True
         )
         self._thread.start()
+
+    def deliver(self, request_id: int, value: Any) -> None:
+        """The controller's answer to one of this worker's requests (see ``RequestEvent``)."""
+        if self._session is not None:
+            self._session.deliver(request_id, value)
 
     def poll(self, timeout: float) -> list[Event]:
         """Events since the last poll, waiting up to ``timeout`` seconds for one."""

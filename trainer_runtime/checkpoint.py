@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from trainer_runtime._layout import COMMIT_MARKER
-from trainer_runtime.storage import get_storage
-from trainer_runtime.storage.base import is_gcs_uri
+from trainer_runtime.storage import get_storage, pyarrow_filesystem
+from trainer_runtime.storage.base import uri_scheme
 
 __all__ = ["COMMIT_MARKER", "METADATA_FILE", "Checkpoint", "CheckpointUploadMode"]
 
@@ -51,11 +51,27 @@ class CheckpointUploadMode(StrEnum):
 
 
 class Checkpoint:
-    """A checkpoint folder at ``path``: a local folder or a ``gs://`` prefix."""
+    """A checkpoint folder at ``path``: a local folder, a URI (``gs://``, ``s3://`` ...), or a
+    path on ``filesystem`` (a ``pyarrow.fs.FileSystem``, its scheme stripped), as
+    ``ray.train.Checkpoint(path, filesystem=None)``."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], filesystem: Any = None) -> None:
         text = os.fspath(path)
-        self.path: str = text.rstrip("/") if is_gcs_uri(text) else os.path.abspath(text)
+        self._filesystem = filesystem
+        if filesystem is not None or uri_scheme(text) not in (None, "file"):
+            self.path: str = text.rstrip("/") or "/"
+        else:
+            self.path = os.path.abspath(text.removeprefix("file://"))
+
+    @property
+    def filesystem(self) -> Any:
+        """The ``pyarrow.fs.FileSystem`` of :attr:`path` (as Ray Train's): the one given, else
+        the one its URI names (``pyarrow.fs.LocalFileSystem`` for a local folder)."""
+        return pyarrow_filesystem(self.path, self._filesystem)
+
+    @property
+    def _storage(self) -> Any:
+        return get_storage(self.path, self._filesystem)
 
     @classmethod
     def from_directory(cls, path: str | os.PathLike[str]) -> Checkpoint:
@@ -65,7 +81,9 @@ class Checkpoint:
     @property
     def is_local(self) -> bool:
         """Whether the checkpoint's files are on this machine's filesystem."""
-        return not is_gcs_uri(self.path)
+        if self._filesystem is not None:
+            return getattr(self._filesystem, "type_name", "") == "local"
+        return uri_scheme(self.path) is None
 
     def to_directory(self, path: str | os.PathLike[str] | None = None) -> str:
         """Copy (or download) the checkpoint's files into ``path`` (a new temp dir by default).
@@ -82,7 +100,7 @@ class Checkpoint:
             if src.resolve() != target.resolve():
                 shutil.copytree(src, target, dirs_exist_ok=True, ignore=_skip_commit_marker(src))
         else:
-            get_storage(self.path).download_dir(self.path, target)
+            self._storage.download_dir(self.path, target)
             (target / COMMIT_MARKER).unlink(missing_ok=True)
         return str(target)
 
@@ -103,7 +121,7 @@ class Checkpoint:
 
     def get_metadata(self) -> dict[str, Any]:
         """The user metadata stored with the checkpoint (``{}`` when none)."""
-        storage = get_storage(self.path)
+        storage = self._storage
         try:
             data = storage.read_bytes(f"{self.path}/{METADATA_FILE}")
         except FileNotFoundError:
@@ -117,7 +135,7 @@ class Checkpoint:
             data = json.dumps(metadata, sort_keys=True).encode()
         except TypeError as exc:
             raise TypeError(f"checkpoint metadata must be JSON-serialisable: {exc}") from exc
-        get_storage(self.path).write_bytes(f"{self.path}/{METADATA_FILE}", data)
+        self._storage.write_bytes(f"{self.path}/{METADATA_FILE}", data)
 
     def update_metadata(self, metadata: dict[str, Any]) -> None:
         """Merge ``metadata`` into the stored metadata."""
@@ -127,7 +145,11 @@ class Checkpoint:
 
     def __repr__(self) -> str:
         # Ray Train's form, e.g. Checkpoint(filesystem=local, path=/tmp/run/checkpoint_000001)
-        filesystem = "local" if self.is_local else "gcs"
+        if self._filesystem is not None:
+            filesystem = getattr(self._filesystem, "type_name", type(self._filesystem).__name__)
+        else:
+            scheme = uri_scheme(self.path)
+            filesystem = "local" if scheme is None else {"gs": "gcs"}.get(scheme, scheme)
         return f"Checkpoint(filesystem={filesystem}, path={self.path})"
 
     def __eq__(self, other: object) -> bool:
@@ -136,8 +158,8 @@ class Checkpoint:
     def __hash__(self) -> int:
         return hash(self.path)
 
-    def __reduce__(self) -> tuple[type[Checkpoint], tuple[str]]:
-        return (Checkpoint, (self.path,))
+    def __reduce__(self) -> tuple[type[Checkpoint], tuple[str, Any]]:
+        return (Checkpoint, (self.path, self._filesystem))
 
 
 def _skip_commit_marker(root: Path) -> Callable[[str, list[str]], list[str]]:

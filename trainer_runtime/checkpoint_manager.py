@@ -156,8 +156,14 @@ class CheckpointRecord:
 
     @property
     def checkpoint(self) -> Checkpoint:
-        """The :class:`Checkpoint` handle."""
-        return Checkpoint(self.path)
+        """The :class:`Checkpoint` handle (with the run's custom filesystem, if any)."""
+        return Checkpoint(self.path, self.__dict__.get("_filesystem"))
+
+    def attach_filesystem(self, filesystem: Any) -> CheckpointRecord:
+        """Make :attr:`checkpoint` carry ``filesystem`` (``RunConfig.storage_filesystem``);
+        not part of the record's JSON."""
+        self.__dict__["_filesystem"] = filesystem
+        return self
 
     @property
     def all_metrics(self) -> dict[str, Any]:
@@ -291,6 +297,46 @@ class CheckpointManager:
         keep_n = self.config.num_to_keep
         return list(reversed(ranked if keep_n is None else ranked[:keep_n]))
 
+    def reported_order(self) -> list[CheckpointRecord]:
+        """Kept checkpoints in Ray Train's order of ``get_all_reported_checkpoints()``:
+        ascending by Ray's score key, worst first (a missing score counts as ``-inf``
+        before the ``min`` sign flip, NaN below everything; ties by report order); without a
+        score attribute, oldest first."""
+        attr = self.config.checkpoint_score_attribute
+        if attr is None:
+            return sorted(self.records, key=lambda r: r.round)
+        factor = 1.0 if self.config.checkpoint_score_order == "max" else -1.0
+
+        def key(record: CheckpointRecord) -> tuple[bool, float, int]:
+            value = record.all_metrics.get(attr, -math.inf)
+            try:
+                score = factor * float(value)
+            except (TypeError, ValueError):
+                score = -math.inf
+            if math.isnan(score):
+                return (False, -math.inf, record.round)
+            return (True, score, record.round)
+
+        return sorted(self.records, key=key)
+
+    def reported_checkpoints(self) -> list[Any]:
+        """``get_all_reported_checkpoints()``'s answer: a ``ReportedCheckpoint`` per kept
+        checkpoint, in :meth:`reported_order` (a lost validation reads ``VALIDATION_FAILED``)."""
+        from trainer_runtime.reported_checkpoint import ReportedCheckpoint, ReportedCheckpointStatus
+
+        statuses = {
+            CheckpointStatus.COMMITTED: ReportedCheckpointStatus.COMMITTED,
+            CheckpointStatus.PENDING_VALIDATION: ReportedCheckpointStatus.PENDING_VALIDATION,
+            CheckpointStatus.VALIDATED: ReportedCheckpointStatus.VALIDATED,
+            CheckpointStatus.VALIDATION_FAILED: ReportedCheckpointStatus.VALIDATION_FAILED,
+            CheckpointStatus.VALIDATION_TIMEOUT: ReportedCheckpointStatus.VALIDATION_TIMEOUT,
+            CheckpointStatus.VALIDATION_LOST: ReportedCheckpointStatus.VALIDATION_FAILED,
+        }
+        return [
+            ReportedCheckpoint(r.checkpoint, r.all_metrics, statuses[r.status])
+            for r in self.reported_order()
+        ]
+
     def best(self) -> CheckpointRecord | None:
         """The best checkpoint with a score, or the latest when no score attribute is set."""
         if self.config.checkpoint_score_attribute is None:
@@ -346,6 +392,7 @@ class CheckpointManager:
 
     def register(self, record: CheckpointRecord) -> list[CheckpointRecord]:
         """Add a newly committed checkpoint, evict what no longer fits, save the manifest."""
+        record.attach_filesystem(self.storage.filesystem)
         self.check_score_attribute(record)
         self.records = [r for r in self.records if r.name != record.name] + [record]
         self.next_round = max(self.next_round, record.round + 1)
@@ -580,7 +627,7 @@ class CheckpointManager:
             logger.warning("Ignoring commit marker %s: %s", marker, exc)
             return None
         record.path = join_uri(self.run_path, name)  # the run folder may have been moved
-        return record
+        return record.attach_filesystem(self.storage.filesystem)
 
     def restore(self, delete_uncommitted: bool = False) -> list[str]:
         """Load the run's committed checkpoints, checking each against its commit marker.
@@ -605,7 +652,7 @@ class CheckpointManager:
         next_round = (manifest or {}).get("next_round", 0)
         self.next_round = next_round if isinstance(next_round, int) else 0
 
-        listing = self.storage.list_stored(self.run_path)
+        listing = self.storage.list_stored(self.run_path, fingerprints=False)  # sizes suffice
         by_folder: dict[str, dict[str, StoredFile]] = {}
         for rel, stored in listing.items():
             folder, sep, inner = rel.partition("/")

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from trainer_runtime.callbacks import Callback
     from trainer_runtime.tpu import TpuSliceShape
 
 _PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
@@ -29,7 +28,8 @@ class ScalingConfig:
 
     TPUs (``use_tpu=True``), as in Ray Train: one worker on a single TPU host needs nothing
     more (it asks for ``{"TPU": 1}``, or the ``TPU`` entry of ``resources_per_worker``; an
-    ``accelerator_type`` without a ``topology`` is only checked for validity). More workers
+    ``accelerator_type`` without a ``topology`` adds Ray's ``{"accelerator_type:TPU-V6E":
+    0.001}``, so the worker lands on a host of that generation). More workers
     need ``accelerator_type`` (``v6e``, ``v5e``, ``v5p``, ``v4``, or Ray's ``TPU-V6E``,
     ``TPU-V5LITEPOD``...) and ``topology`` (``4x4``...). There is one worker per TPU host:
     ``num_workers`` must be a multiple of the hosts per slice, and the number of slices is
@@ -37,6 +37,11 @@ class ScalingConfig:
     :mod:`trainer_runtime.tpu`). Each worker gets ``{"TPU": chips per host}`` plus any other
     ``resources_per_worker``, and each slice is reserved as a unit (see
     :class:`~trainer_runtime.worker_group.WorkerGroup`); ``placement_strategy`` does not apply.
+
+    ``label_selector``, as in Ray Train: Ray node labels each worker's node must have (Ray's
+    label scheduling, as ``bundle_label_selector`` of the workers' placement group), one dict
+    for every worker or a list of one dict per worker; not with a multi-host TPU request
+    (the slice is chosen by the runtime), as in Ray Train.
     """
 
     num_workers: int = 1
@@ -51,6 +56,8 @@ class ScalingConfig:
     num_slices: int = 0
     #: Seconds to wait for the cluster to grant every worker's resources.
     placement_timeout_s: float = 600.0
+    #: Ray node labels the workers' nodes must have: one selector for all, or one per worker.
+    label_selector: dict[str, str] | list[dict[str, str]] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_workers, int) or isinstance(self.num_workers, bool):
@@ -120,6 +127,40 @@ class ScalingConfig:
                     "(or remove them)"
                 )
             self.num_slices = 1
+        self._check_label_selector()
+
+    def _check_label_selector(self) -> None:
+        selector = self.label_selector
+        if selector is None:
+            return
+        selectors = selector if isinstance(selector, list) else [selector]
+        for item in selectors:
+            if not isinstance(item, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in item.items()
+            ):
+                raise ValueError(
+                    "ScalingConfig.label_selector must be a dict of label -> value strings "
+                    f"(or a list of them, one per worker), got {item!r}"
+                )
+        if isinstance(selector, list) and len(selector) != self.num_workers:
+            raise ValueError(
+                "If `label_selector` is a list, it must be the same length as "
+                f"`max_workers` (or `num_workers` when fixed): got {len(selector)} selectors "
+                f"for num_workers={self.num_workers}."
+            )
+        if self.use_tpu and self.num_workers > 1:
+            raise ValueError(
+                "Cannot set `label_selector` when `use_tpu=True` because "
+                "Ray Train automatically reserves a TPU slice with a predefined label."
+            )
+
+    def label_selector_per_worker(self) -> list[dict[str, str]] | None:
+        """``label_selector`` as one dict per worker (None: no label constraint)."""
+        if self.label_selector is None:
+            return None
+        if isinstance(self.label_selector, list):
+            return [dict(s) for s in self.label_selector]
+        return [dict(self.label_selector) for _ in range(self.num_workers)]
 
     @property
     def local_mode(self) -> bool:
@@ -171,6 +212,11 @@ class ScalingConfig:
             }
             if self.resources_per_worker is None:
                 resources.pop("CPU", None)
+            if self.accelerator_type:  # as Ray: lands on a host of that generation
+                from trainer_runtime.tpu import get_generation
+
+                gen = get_generation(self.accelerator_type)
+                resources.setdefault(f"accelerator_type:{gen.ray_accelerator_type}", 0.001)
         return resources
 
 
@@ -354,6 +400,14 @@ class RunConfig:
 
     A new driver with the same ``storage_path`` and ``name`` resumes from the
     latest committed checkpoint recorded in ``<storage_path>/<name>``.
+
+    ``storage_path``: a local or mounted folder, ``gs://bucket/prefix``, ``s3://bucket/prefix``
+    (or another scheme pyarrow serves), or with ``storage_filesystem`` (any
+    ``pyarrow.fs.FileSystem``, as in Ray Train) a path on that filesystem without its scheme
+    (``bucket/prefix``). ``worker_runtime_env``: Ray's runtime environment of the worker
+    actors (a dict or ``ray.runtime_env.RuntimeEnv``; its ``env_vars`` are merged with
+    ``worker_env``, whose values win). ``callbacks``: :class:`~trainer_runtime.callbacks.Callback`
+    and Ray Train's :class:`~trainer_runtime.callbacks.UserCallback` instances.
     """
 
     name: str | None = None
@@ -361,11 +415,15 @@ class RunConfig:
     failure_config: FailureConfig | None = None
     checkpoint_config: CheckpointConfig | None = None
     validation_config: ValidationConfig | None = None
-    callbacks: list[Callback] = field(default_factory=list)
+    callbacks: list[Any] = field(default_factory=list)
     #: Extra environment variables set in every worker process.
     worker_env: dict[str, str] = field(default_factory=dict)
     #: Upload mode of ``report()`` calls that pass none (default: SYNC, as in Ray Train).
     checkpoint_upload_mode: str | None = None
+    #: A ``pyarrow.fs.FileSystem`` holding ``storage_path`` (Ray Train's ``storage_filesystem``).
+    storage_filesystem: Any = None
+    #: Ray runtime environment of the worker actors (Ray Train's ``worker_runtime_env``).
+    worker_runtime_env: Any = None
 
     def __post_init__(self) -> None:
         if self.name is None:
@@ -376,12 +434,37 @@ class RunConfig:
             )
         if self.storage_path is None:
             self.storage_path = _default_storage_path()
+        if self.storage_filesystem is not None and not _is_pyarrow_filesystem(
+            self.storage_filesystem
+        ):
+            raise ValueError(
+                "RunConfig.storage_filesystem must be a pyarrow.fs.FileSystem, got "
+                f"{type(self.storage_filesystem).__name__}"
+            )
         from trainer_runtime.storage import validate_storage_uri
 
-        self.storage_path = validate_storage_uri(self.storage_path, field="RunConfig.storage_path")
+        self.storage_path = validate_storage_uri(
+            self.storage_path, field="RunConfig.storage_path", filesystem=self.storage_filesystem
+        )
         self.failure_config = self.failure_config or FailureConfig()
         self.checkpoint_config = self.checkpoint_config or CheckpointConfig()
         self.validation_config = self.validation_config or ValidationConfig()
+        self.callbacks = list(self.callbacks or [])
+        from trainer_runtime.callbacks import Callback, UserCallback
+
+        for callback in self.callbacks:
+            if not isinstance(callback, Callback | UserCallback):
+                raise ValueError(
+                    "RunConfig.callbacks must be trainer_runtime.UserCallback (Ray Train's hooks) "
+                    f"or trainer_runtime.Callback instances, got {type(callback).__name__}"
+                )
+        if self.worker_runtime_env is None:
+            self.worker_runtime_env = {}
+        if not isinstance(self.worker_runtime_env, dict):
+            raise ValueError(
+                "RunConfig.worker_runtime_env must be a dict or a ray.runtime_env.RuntimeEnv, "
+                f"got {type(self.worker_runtime_env).__name__}"
+            )
         if self.checkpoint_upload_mode is not None:
             from trainer_runtime.checkpoint import CheckpointUploadMode
 
@@ -396,6 +479,27 @@ class RunConfig:
 
         assert self.storage_path is not None and self.name is not None
         return join_uri(self.storage_path, self.name)
+
+    def worker_runtime_env_with(self, env: dict[str, str] | None = None) -> dict[str, Any]:
+        """The worker actors' Ray ``runtime_env``: ``worker_runtime_env`` with ``env`` (and
+        ``worker_env``) merged into its ``env_vars``; ``{}`` when there is nothing to set."""
+        runtime_env = dict(self.worker_runtime_env or {})
+        env_vars = {
+            **dict(runtime_env.get("env_vars") or {}),
+            **self.worker_env,
+            **(env or {}),
+        }
+        if env_vars:
+            runtime_env["env_vars"] = env_vars
+        return runtime_env
+
+
+def _is_pyarrow_filesystem(value: Any) -> bool:
+    try:
+        import pyarrow.fs as pafs
+    except ImportError:  # pragma: no cover - depends on the install
+        return hasattr(value, "open_output_stream")
+    return isinstance(value, pafs.FileSystem)
 
 
 def resolved(run_config: RunConfig | None) -> RunConfig:

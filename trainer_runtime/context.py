@@ -3,16 +3,39 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from trainer_runtime.storage import join_uri
+from trainer_runtime.storage import join_uri, pyarrow_filesystem
 
 
 @dataclass(frozen=True)
 class StorageInfo:
-    """Where the run keeps checkpoints (the shape of Ray's ``StorageContext``)."""
+    """Where the run keeps checkpoints (the shape of Ray's ``StorageContext``).
+
+    Paths are local paths, URIs (``gs://``, ``s3://`` ...) or, with
+    ``RunConfig(storage_filesystem=...)``, paths on that filesystem.
+    """
 
     storage_path: str
     experiment_name: str
+    #: ``RunConfig.storage_filesystem`` (None: resolved from the path).
+    custom_filesystem: Any = None
+
+    @property
+    def storage_filesystem(self) -> Any:
+        """The ``pyarrow.fs.FileSystem`` of the storage (as Ray's
+        ``StorageContext.storage_filesystem``; needs pyarrow)."""
+        return pyarrow_filesystem(self.storage_path, self.custom_filesystem)
+
+    @property
+    def storage_fs_path(self) -> str:
+        """``storage_path`` (Ray's name for it)."""
+        return self.storage_path
+
+    @property
+    def experiment_dir_name(self) -> str:
+        """``RunConfig.name`` (Ray's name for it)."""
+        return self.experiment_name
 
     @property
     def experiment_fs_path(self) -> str:
@@ -37,6 +60,8 @@ class TrainContext:
     storage_path: str
     #: How many times the worker group has been (re)started in this run, from 0.
     attempt: int = 0
+    #: ``RunConfig.storage_filesystem`` (a ``pyarrow.fs.FileSystem``), when given.
+    storage_filesystem: Any = None
 
     def get_world_rank(self) -> int:
         """Global rank of this worker (0 .. world_size-1)."""
@@ -64,7 +89,7 @@ class TrainContext:
 
     def get_storage(self) -> StorageInfo:
         """Storage locations of the run."""
-        return StorageInfo(self.storage_path, self.experiment_name)
+        return StorageInfo(self.storage_path, self.experiment_name, self.storage_filesystem)
 
     def get_run_path(self) -> str:
         """The run folder (``<storage_path>/<name>``)."""

@@ -9,7 +9,7 @@ from typing import Any
 from trainer_runtime._fencing import driver_file_uri
 from trainer_runtime.checkpoint import Checkpoint
 from trainer_runtime.checkpoint_manager import CheckpointManager, CheckpointRecord
-from trainer_runtime.storage import get_storage, validate_storage_uri
+from trainer_runtime.storage import get_storage, pyarrow_filesystem, validate_storage_uri
 
 
 @dataclass
@@ -31,6 +31,14 @@ class Result:
     checkpoints: list[CheckpointRecord] = field(default_factory=list)
     best_checkpoint: Checkpoint | None = None
     restarts: int = 0
+    #: ``RunConfig.storage_filesystem`` (see :attr:`filesystem`).
+    _storage_filesystem: Any = field(default=None, repr=False)
+
+    @property
+    def filesystem(self) -> Any:
+        """The ``pyarrow.fs.FileSystem`` that holds :attr:`path` (as Ray Train's): the run's
+        ``storage_filesystem``, else the one its URI names (``LocalFileSystem`` for a folder)."""
+        return pyarrow_filesystem(self.path, self._storage_filesystem)
 
     def checkpoint_status(self, checkpoint: Checkpoint) -> str | None:
         """The status of a kept checkpoint (``committed``, ``validated``, ...)."""
@@ -60,15 +68,16 @@ class Result:
         return pick(scored, key=lambda cm: cm[1])[0]
 
     @classmethod
-    def from_path(cls, path: str | os.PathLike[str]) -> Result:
+    def from_path(cls, path: str | os.PathLike[str], storage_filesystem: Any = None) -> Result:
         """Rebuild a Result from a run folder (e.g. after the driver exited).
 
-        Only checkpoints that verify against their commit markers are listed (see
-        :meth:`CheckpointManager.restore`); nothing in the folder is changed. Raises
-        RuntimeError when ``path`` holds no run.
+        ``path``: a local folder or URI, or with ``storage_filesystem`` (a
+        ``pyarrow.fs.FileSystem``) a path on it, as in Ray Train. Only checkpoints that verify
+        against their commit markers are listed (see :meth:`CheckpointManager.restore`);
+        nothing in the folder is changed. Raises RuntimeError when ``path`` holds no run.
         """
-        uri = validate_storage_uri(os.fspath(path), "path")
-        storage = get_storage(uri)
+        uri = validate_storage_uri(os.fspath(path), "path", filesystem=storage_filesystem)
+        storage = get_storage(uri, storage_filesystem)
         manager = CheckpointManager.for_reading(uri, storage)
         if (
             not manager.records
@@ -88,4 +97,5 @@ class Result:
             best_checkpoints=[(r.checkpoint, r.all_metrics) for r in manager.top_k()],
             checkpoints=list(manager.records),
             best_checkpoint=best.checkpoint if best else None,
+            _storage_filesystem=storage_filesystem,
         )

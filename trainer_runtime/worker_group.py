@@ -282,6 +282,18 @@ def _bundle_nodes(pg: Any) -> dict[int, str]:
     return {int(k): str(v) for k, v in table["bundles_to_node_id"].items()}
 
 
+def _node_labels() -> str:
+    """The labels of the alive nodes, for error messages."""
+    import ray
+
+    labels = [
+        {k: v for k, v in (n.get("Labels") or {}).items() if k != "ray.io/node-id"}
+        for n in ray.nodes()
+        if n.get("Alive", True)
+    ]
+    return ", ".join(str(dict(sorted(x.items()))) for x in labels) or "none"
+
+
 def _node_by_id(nodes: Sequence[Mapping[str, Any]], node_id: str) -> Mapping[str, Any]:
     for node in nodes:
         if node.get("NodeID") == node_id:
@@ -298,9 +310,13 @@ class WorkerGroup:
         env: dict[str, str] | None = None,
         bundles: list[dict[str, float]] | None = None,
         placement_strategy: str | None = None,
+        runtime_env: dict[str, Any] | None = None,
     ) -> None:
         self.scaling = scaling
         self.env = dict(env or {})
+        #: Ray ``runtime_env`` of the worker actors (``RunConfig.worker_runtime_env``); ``env``
+        #: is merged into its ``env_vars``.
+        self.runtime_env = dict(runtime_env or {})
         self.bundles = bundles or [scaling.worker_resources()] * scaling.num_workers
         self.placement_strategy = placement_strategy or scaling.placement_strategy
         self.workers: list[WorkerHandle] = []
@@ -332,18 +348,30 @@ class WorkerGroup:
         import ray
         from ray.util.placement_group import placement_group
 
-        self._pg = placement_group(self.bundles, strategy=self.placement_strategy)
+        selectors = self.scaling.label_selector_per_worker()
+        self._pg = placement_group(
+            self.bundles, strategy=self.placement_strategy, bundle_label_selector=selectors
+        )
         timeout = self.scaling.placement_timeout_s
         start = time.monotonic()
         ready, _ = ray.wait([self._pg.ready()], timeout=timeout)
         if not ready:
             available = ray.available_resources()
             self.shutdown()
+            labels = ""
+            if selectors is not None:
+                seen = sorted({str(sorted(s.items())) for s in selectors})
+                labels = (
+                    f" on nodes with the labels of ScalingConfig.label_selector ({', '.join(seen)};"
+                    f" the alive nodes have {_node_labels()})"
+                )
             raise UserConfigError(
                 f"could not reserve {self.world_size} workers with {self.bundles[0]} each "
-                f"(strategy {self.placement_strategy}) within {timeout:.0f}s; the cluster has "
+                f"(strategy {self.placement_strategy}){labels} within {timeout:.0f}s; the "
+                "cluster has "
                 f"{ {k: v for k, v in sorted(available.items()) if not k.startswith('node:')} } "
-                "available. Lower ScalingConfig.num_workers/resources_per_worker or add nodes"
+                "available. Lower ScalingConfig.num_workers/resources_per_worker, change "
+                "label_selector, or add nodes"
             )
         logger.info("Reserved %d worker slots in %.1fs", self.world_size, time.monotonic() - start)
         actors = self._create_actors([(self._pg, i, b) for i, b in enumerate(self.bundles)])
@@ -383,13 +411,21 @@ class WorkerGroup:
                     num_gpus=bundle.get("GPU", 0),
                     resources=custom or None,
                     max_concurrency=8,
-                    runtime_env={"env_vars": self.env} if self.env else None,
+                    runtime_env=self._actor_runtime_env(),
                     scheduling_strategy=PlacementGroupSchedulingStrategy(
                         placement_group=pg, placement_group_bundle_index=index
                     ),
                 ).remote()
             )
         return actors
+
+    def _actor_runtime_env(self) -> dict[str, Any] | None:
+        """``runtime_env`` with ``env`` merged into its ``env_vars`` (None when empty)."""
+        runtime_env = dict(self.runtime_env)
+        env_vars = {**dict(runtime_env.get("env_vars") or {}), **self.env}
+        if env_vars:
+            runtime_env["env_vars"] = env_vars
+        return runtime_env or None
 
     def _set_rank_env(self) -> None:
         import ray

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import pyarrow.fs
 import pytest
 import torch
 
@@ -43,8 +46,46 @@ def test_other_configs() -> None:
     assert not FailureConfig(max_failures=1).allows(2)
     with pytest.raises(ValueError, match=r"RunConfig\.name"):
         RunConfig(name="a/b")
-    with pytest.raises(ValueError, match=r"RunConfig\.storage_path.*s3://"):
-        RunConfig(storage_path="s3://x/y")
+    with pytest.raises(ValueError, match=r"RunConfig\.storage_path.*https://"):
+        RunConfig(storage_path="https://x/y")
+    assert RunConfig(name="n", storage_path="s3://x/y/").run_path == "s3://x/y/n"
+    with pytest.raises(ValueError, match=r"without the s3:// prefix \(e\.g\. 'x/y'\)"):
+        RunConfig(storage_path="s3://x/y", storage_filesystem=pyarrow.fs.LocalFileSystem())
+    with pytest.raises(ValueError, match=r"must be a pyarrow\.fs\.FileSystem"):
+        RunConfig(storage_filesystem="s3")
+    custom = RunConfig(name="n", storage_path="bucket/p/", storage_filesystem=_mock_fs())
+    assert custom.run_path == "bucket/p/n"  # a path on that filesystem, kept as it is
+    with pytest.raises(ValueError, match="UserCallback"):
+        RunConfig(callbacks=[object()])
+    with pytest.raises(ValueError, match="worker_runtime_env"):
+        RunConfig(worker_runtime_env=["pip"])
+    env = RunConfig(worker_env={"A": "1"}, worker_runtime_env={"env_vars": {"A": "0", "B": "2"}})
+    assert env.worker_runtime_env_with({"C": "3"}) == {"env_vars": {"A": "1", "B": "2", "C": "3"}}
+
+
+def _mock_fs() -> Any:
+    return pyarrow.fs._MockFileSystem()
+
+
+def test_label_selector_is_checked_as_in_ray() -> None:
+    one = ScalingConfig(num_workers=2, label_selector={"pool": "a"})
+    assert one.label_selector_per_worker() == [{"pool": "a"}, {"pool": "a"}]
+    per = ScalingConfig(num_workers=2, label_selector=[{"pool": "a"}, {"pool": "b"}])
+    assert per.label_selector_per_worker() == [{"pool": "a"}, {"pool": "b"}]
+    with pytest.raises(ValueError, match="same length"):
+        ScalingConfig(num_workers=3, label_selector=[{"pool": "a"}])
+    with pytest.raises(ValueError, match="label -> value strings"):
+        ScalingConfig(num_workers=1, label_selector={"pool": 1})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="Cannot set `label_selector` when `use_tpu=True`"):
+        ScalingConfig(
+            num_workers=4,
+            use_tpu=True,
+            topology="4x4",
+            accelerator_type="TPU-V6E",
+            label_selector={"pool": "a"},
+        )
+    single = ScalingConfig(num_workers=1, use_tpu=True, label_selector={"pool": "tpu"})
+    assert single.label_selector_per_worker() == [{"pool": "tpu"}]
     run = RunConfig(name="n", storage_path="gs://b/p/")
     assert run.run_path == "gs://b/p/n"
 

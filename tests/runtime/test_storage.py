@@ -149,8 +149,11 @@ def test_uri_helpers() -> None:
     assert join_uri("gs://b/p/", "/run/", "ckpt") == "gs://b/p/run/ckpt"
     assert validate_storage_uri("file:///tmp/x/") == "/tmp/x"
     assert validate_storage_uri("gs://bucket/") == "gs://bucket"
-    with pytest.raises(ValueError, match=r"s3:// is not supported; use gs://"):
-        validate_storage_uri("s3://bucket/x", field="RunConfig.storage_path")
+    assert validate_storage_uri("s3://bucket/x/") == "s3://bucket/x"
+    with pytest.raises(ValueError, match=r"https:// is not supported; use a local"):
+        validate_storage_uri("https://bucket/x", field="RunConfig.storage_path")
+    with pytest.raises(ValueError, match="no bucket"):
+        validate_storage_uri("s3:///x")
     with pytest.raises(ValueError, match="no bucket"):
         validate_storage_uri("gs:///x")
 

@@ -1,12 +1,21 @@
-"""Checkpoint storage: a local (or mounted volume) folder, or Google Cloud Storage.
+"""Checkpoint storage: a local (or mounted volume) folder, Google Cloud Storage, S3, or any
+``pyarrow.fs.FileSystem``.
 
-URIs are either absolute local paths (``/mnt/ckpt/run``, ``file:///mnt/ckpt``) or
-``gs://bucket/prefix``. :func:`get_storage` returns the backend for a URI.
+URIs are absolute local paths (``/mnt/ckpt/run``, ``file:///mnt/ckpt``), ``gs://bucket/prefix``,
+``s3://bucket/prefix`` (and pyarrow's other schemes), or paths on a custom filesystem
+(``RunConfig(storage_filesystem=...)``). :func:`get_storage` returns the backend.
 """
 
 from __future__ import annotations
 
 from trainer_runtime.storage.base import Storage, TransferStats, join_uri, validate_storage_uri
-from trainer_runtime.storage.factory import get_storage
+from trainer_runtime.storage.factory import get_storage, pyarrow_filesystem
 
-__all__ = ["Storage", "TransferStats", "get_storage", "join_uri", "validate_storage_uri"]
+__all__ = [
+    "Storage",
+    "TransferStats",
+    "get_storage",
+    "join_uri",
+    "pyarrow_filesystem",
+    "validate_storage_uri",
+]

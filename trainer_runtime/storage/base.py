@@ -10,11 +10,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-SUPPORTED_SCHEMES = ("gs://", "file://", "/")
+#: URI schemes for ``storage_path``: ``gs://`` (google-cloud-storage) and those served by
+#: pyarrow's filesystems (``s3://`` ...); a local or mounted folder needs none (or ``file://``).
+PYARROW_SCHEMES = ("s3", "hdfs", "viewfs", "abfs", "abfss")
+SUPPORTED_SCHEMES = ("gs", *PYARROW_SCHEMES)
 
 
 @dataclass(frozen=True)
@@ -66,25 +69,40 @@ class TransferStats:
         return self.bytes / 2**20 / self.seconds if self.seconds > 0 else 0.0
 
 
-def validate_storage_uri(uri: str, field: str = "storage_path") -> str:
+def validate_storage_uri(
+    uri: str | os.PathLike[str], field: str = "storage_path", filesystem: object = None
+) -> str:
     """Normalise a storage URI and reject unsupported ones with a message naming ``field``.
 
-    Relative local paths are made absolute; ``file://`` is stripped; trailing
-    slashes are removed.
+    Relative local paths are made absolute; ``file://`` is stripped; trailing slashes are
+    removed. With ``filesystem`` (a ``pyarrow.fs.FileSystem``, Ray Train's
+    ``storage_filesystem``) ``uri`` is a path on that filesystem, its scheme already
+    stripped (``s3://bucket/x`` becomes ``bucket/x``), and is kept as it is.
     """
+    if isinstance(uri, os.PathLike):
+        uri = os.fspath(uri)
     if not isinstance(uri, str) or not uri:
         raise ValueError(f"{field} must be a non-empty string, got {uri!r}")
-    if uri.startswith("gs://"):
-        bucket = uri[len("gs://") :].split("/", 1)[0]
-        if not bucket:
-            raise ValueError(f"{field}={uri!r} has no bucket; use gs://BUCKET/PREFIX")
-        return uri.rstrip("/")
+    if filesystem is not None:
+        if "://" in uri:
+            scheme, _, rest = uri.partition("://")
+            raise ValueError(
+                f"{field}={uri!r}: with storage_filesystem, give the path on that filesystem "
+                f"without the {scheme}:// prefix (e.g. {rest!r}), as in Ray Train"
+            )
+        return uri.rstrip("/") or "/"
     if "://" in uri and not uri.startswith("file://"):
-        scheme = uri.split("://", 1)[0]
-        raise ValueError(
-            f"{field}={uri!r}: scheme {scheme}:// is not supported; use gs://BUCKET/PREFIX "
-            "or a local/mounted folder path"
-        )
+        scheme, _, rest = uri.partition("://")
+        if scheme not in SUPPORTED_SCHEMES:
+            raise ValueError(
+                f"{field}={uri!r}: scheme {scheme}:// is not supported; use a local/mounted "
+                f"folder path, gs://BUCKET/PREFIX, s3://BUCKET/PREFIX (or another of "
+                f"{', '.join(s + '://' for s in PYARROW_SCHEMES)}), or pass "
+                "RunConfig(storage_filesystem=<a pyarrow.fs.FileSystem>)"
+            )
+        if scheme in ("gs", "s3") and not rest.split("/", 1)[0]:
+            raise ValueError(f"{field}={uri!r} has no bucket; use {scheme}://BUCKET/PREFIX")
+        return uri.rstrip("/")
     if uri.startswith("file://"):
         uri = uri[len("file://") :]
     path = os.path.abspath(os.path.expanduser(uri))
@@ -109,6 +127,11 @@ def uri_name(uri: str) -> str:
 def is_gcs_uri(uri: str) -> bool:
     """True for ``gs://`` URIs."""
     return uri.startswith("gs://")
+
+
+def uri_scheme(uri: str) -> str | None:
+    """``s3`` for ``s3://...``; None for a path (local, or on a custom filesystem)."""
+    return uri.split("://", 1)[0] if "://" in uri else None
 
 
 _PERMANENT_ERRNOS = {
@@ -188,6 +211,10 @@ def retry_call(
 class Storage(ABC):
     """One storage backend. Paths are full URIs as returned by :func:`join_uri`."""
 
+    #: The ``pyarrow.fs.FileSystem`` that checkpoints of this storage carry: a custom
+    #: ``RunConfig.storage_filesystem`` (see ``pyarrow_fs``); None for URI-addressed storage.
+    filesystem: Any = None
+
     @abstractmethod
     def upload_dir(
         self,
@@ -230,8 +257,12 @@ class Storage(ABC):
         """Paths, relative to ``uri``, of every file below it (sorted)."""
 
     @abstractmethod
-    def list_stored(self, uri: str) -> dict[str, StoredFile]:
-        """Every file below ``uri`` (relative path -> size and fingerprint)."""
+    def list_stored(self, uri: str, *, fingerprints: bool = True) -> dict[str, StoredFile]:
+        """Every file below ``uri`` (relative path -> size and fingerprint).
+
+        ``fingerprints=False``: the sizes are enough (fingerprints may be left empty), for
+        backends where a fingerprint costs a request per file.
+        """
 
     @abstractmethod
     def delete_dir(self, uri: str) -> None:

@@ -1,34 +1,84 @@
-"""Pick the storage backend for a URI."""
+"""Pick the storage backend for a URI (and, optionally, a custom pyarrow filesystem)."""
 
 from __future__ import annotations
 
 import threading
+from typing import Any
 
-from trainer_runtime.storage.base import Storage, is_gcs_uri
+from trainer_runtime.storage.base import Storage, is_gcs_uri, uri_scheme
 
 _lock = threading.Lock()
 _backends: dict[str, Storage] = {}
+#: Backends of custom filesystems, matched by identity (pyarrow filesystems do not hash).
+_custom: list[tuple[Any, Storage]] = []
 
 
-def get_storage(uri: str) -> Storage:
-    """The (process-wide, cached) backend for ``uri``: GCS for ``gs://``, else local."""
-    kind = "gcs" if is_gcs_uri(uri) else "local"
+def get_storage(uri: str, filesystem: Any = None) -> Storage:
+    """The (process-wide, cached) backend for ``uri``.
+
+    ``filesystem`` (a ``pyarrow.fs.FileSystem``, Ray Train's ``storage_filesystem``): that
+    filesystem, ``uri`` being a path on it. Otherwise by scheme: GCS (google-cloud-storage)
+    for ``gs://``, pyarrow for ``s3://`` and pyarrow's other schemes (one filesystem per
+    bucket, from ``pyarrow.fs.FileSystem.from_uri``), the local filesystem for paths.
+    """
+    if filesystem is not None:
+        with _lock:
+            for fs, known in _custom:
+                if fs is filesystem:
+                    return known
+            from trainer_runtime.storage.pyarrow_fs import PyArrowStorage
+
+            custom = PyArrowStorage(filesystem)
+            _custom.append((filesystem, custom))
+            return custom
+    scheme = uri_scheme(uri)
+    if is_gcs_uri(uri):
+        kind = "gcs"
+    elif scheme is not None:
+        kind = f"{scheme}://{uri[len(scheme) + 3 :].split('/', 1)[0]}"
+    else:
+        kind = "local"
     with _lock:
-        backend = _backends.get(kind)
-        if backend is None:
-            if kind == "gcs":
-                from trainer_runtime.storage.gcs import GCSStorage
+        cached = _backends.get(kind)
+        if cached is not None:
+            return cached
+        backend: Storage
+        if kind == "gcs":
+            from trainer_runtime.storage.gcs import GCSStorage
 
-                backend = GCSStorage()
-            else:
-                from trainer_runtime.storage.local import LocalStorage
+            backend = GCSStorage()
+        elif scheme is not None:
+            from trainer_runtime.storage.pyarrow_fs import PyArrowStorage, filesystem_from_uri
 
-                backend = LocalStorage()
-            _backends[kind] = backend
+            fs, _ = filesystem_from_uri(kind)
+            backend = PyArrowStorage(fs, scheme=scheme)
+        else:
+            from trainer_runtime.storage.local import LocalStorage
+
+            backend = LocalStorage()
+        _backends[kind] = backend
         return backend
+
+
+def pyarrow_filesystem(uri: str, filesystem: Any = None) -> Any:
+    """The ``pyarrow.fs.FileSystem`` for ``uri`` (what Ray Train's ``Result.filesystem`` and
+    ``Checkpoint.filesystem`` are): ``filesystem`` when given, the S3 (...) filesystem of a
+    pyarrow-served URI, else pyarrow's own for ``gs://`` or a local path."""
+    if filesystem is not None:
+        return filesystem
+    backend = get_storage(uri) if uri_scheme(uri) not in (None, "gs") else None
+    fs = getattr(backend, "fs", None)
+    if fs is not None:
+        return fs
+    import pyarrow.fs as pafs
+
+    if uri_scheme(uri) is None:
+        return pafs.LocalFileSystem()
+    return pafs.FileSystem.from_uri(uri)[0]
 
 
 def reset_storage_cache() -> None:
     """Forget cached backends (e.g. after ``STORAGE_EMULATOR_HOST`` changed)."""
     with _lock:
         _backends.clear()
+        _custom.clear()

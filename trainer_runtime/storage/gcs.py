@@ -268,7 +268,7 @@ class GCSStorage(Storage):
         result: list[str] = self._retry(list_all, f"list {uri}")
         return result
 
-    def list_stored(self, uri: str) -> dict[str, StoredFile]:
+    def list_stored(self, uri: str, *, fingerprints: bool = True) -> dict[str, StoredFile]:
         """Every object below ``uri`` with its size and generation."""
         bucket, key = split_gcs_uri(uri)
         prefix = f"{key}/" if key else ""

@@ -98,7 +98,7 @@ class LocalStorage(Storage):
             return []
         return [str(p.relative_to(root)) for p in _walk_files(root)]
 
-    def list_stored(self, uri: str) -> dict[str, StoredFile]:
+    def list_stored(self, uri: str, *, fingerprints: bool = True) -> dict[str, StoredFile]:
         """Every file below ``uri`` with its size and modification time."""
         root = Path(uri)
         if not root.is_dir():
