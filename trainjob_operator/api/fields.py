@@ -48,7 +48,8 @@ def api_error(
     """A validation error with a clean message, an optional hint and an optional sub-field.
 
     ``field`` (a camelCase name relative to the model being validated) is appended to the error
-    location by :func:`field_errors`, so model-level checks can point at the offending field.
+    location by :func:`~trainjob_operator.api.errors.field_errors`, so model-level checks can
+    point at the offending field.
     """
     ctx: dict[str, Any] = {"message": message}
     if hint:
