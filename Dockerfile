@@ -15,11 +15,16 @@
 #
 # Both run as the non-root user 1000 (uid and gid), as the chart and the rendered pods require
 # (runAsNonRoot, runAsUser 1000).
+#
+# BASE_IMAGE: any Debian-like image with Python 3.11 as `python` (and its venv module),
+# groupadd and useradd; the official Python image by default. The real-node tests build on a
+# debootstrapped Debian bookworm instead, with packages from a wheelhouse
+# (scripts/build-images.sh).
 
-ARG PYTHON_IMAGE=python:3.11-slim
+ARG BASE_IMAGE=python:3.11-slim
 
 # --------------------------------------------------------------------------------------------
-FROM ${PYTHON_IMAGE} AS base
+FROM ${BASE_IMAGE} AS base
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \

@@ -53,8 +53,8 @@ def test_targets_run_as_user_1000() -> None:
         users = [i for i in found[target] if i.startswith("USER ")]
         assert users == ["USER 1000:1000"], target
     assert any("useradd --uid 1000 --gid 1000" in i for i in found["base"])
-    assert found["base"][0].startswith("FROM ${PYTHON_IMAGE} AS base")
-    assert "ARG PYTHON_IMAGE=python:3.11-slim" in DOCKERFILE.read_text()
+    assert found["base"][0].startswith("FROM ${BASE_IMAGE} AS base")
+    assert "ARG BASE_IMAGE=python:3.11-slim" in DOCKERFILE.read_text()
 
 
 def test_operator_image_installs_only_the_core_package() -> None:
