@@ -138,9 +138,14 @@ def test_driver_failure_restarts_the_whole_cluster_until_max_restarts() -> None:
     plan = plan_reconcile(job, {"phase": "Running", "restarts": 0}, observed, _desired(), NOW)
     assert plan.status["phase"] == "Restarting" and plan.status["restarts"] == 1
     assert sorted(n for _, n in plan.delete) == _names(observed)
-    # Next attempt: old pods are stale, new attempt's pods get created.
-    plan2 = plan_reconcile(job, plan.status, [], _desired(attempt=1), NOW)
+    assert plan.status["nextAttemptTime"] == "2026-12-01T12:00:10Z"  # the default back-off
+    # Next attempt, after the back-off: old pods are stale, new attempt's pods get created.
+    waiting = plan_reconcile(job, plan.status, [], _desired(attempt=1), NOW)
+    assert waiting.create == [] and waiting.status["phase"] == "Restarting"
+    later = NOW + dt.timedelta(seconds=10)
+    plan2 = plan_reconcile(job, plan.status, [], _desired(attempt=1), later)
     assert _names(plan2.create) == _names(_desired(1))
+    assert plan2.status["nextAttemptTime"] is None
     failed_again = _running(attempt=1)
     failed_again[-1]["status"]["phase"] = "Failed"
     plan3 = plan_reconcile(

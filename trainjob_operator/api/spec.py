@@ -5,6 +5,7 @@ checkpoints, storage, failure budgets and the Ray cluster. The workers are in
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
@@ -19,14 +20,20 @@ from trainjob_operator.api.fields import (
 from trainjob_operator.api.scaling import ScalingConfig
 
 __all__ = [
+    "DEFAULT_FAILURE_RULES",
     "DEFAULT_IMAGE",
     "DEFAULT_RAY_VERSION",
     "STORAGE_PATH_PATTERN",
     "CheckpointConfig",
     "EnvVar",
+    "ExitCodesRule",
     "FailureConfig",
+    "FailureRule",
+    "FailureRuleAction",
+    "PodConditionPattern",
     "RayConfig",
     "RayHeadConfig",
+    "RestartBackoff",
     "StorageConfig",
     "TrainJobSpec",
     "ValidationConfig",
@@ -183,6 +190,122 @@ class StorageConfig(ApiModel):
     )
 
 
+class RestartBackoff(ApiModel):
+    """Exponential back-off between whole-cluster restarts (as a Kubernetes Job's pods).
+
+    The n-th counted restart waits ``min(maxSeconds, initialSeconds * 2**(n-1))`` before the
+    next attempt's pods are created; a restart not counted against ``maxRestarts`` (a
+    disruption, an ``Ignore`` rule) does not wait.
+    """
+
+    initial_seconds: int = Field(
+        default=10, ge=0, description="Wait before the first counted restart (0: no back-off)."
+    )
+    max_seconds: int = Field(default=300, ge=0, description="Longest wait between restarts.")
+
+    @model_validator(mode="after")
+    def _check(self) -> RestartBackoff:
+        if self.initial_seconds > self.max_seconds:
+            raise api_error(
+                f"initialSeconds ({self.initial_seconds}) is greater than maxSeconds "
+                f"({self.max_seconds})",
+                hint="raise maxSeconds or lower initialSeconds",
+                field="initialSeconds",
+            )
+        return self
+
+    def delay(self, counted: int) -> int:
+        """Seconds to wait before the ``counted``-th counted restart (1-based; 0 for none)."""
+        if counted <= 0 or self.initial_seconds == 0:
+            return 0
+        return int(min(self.max_seconds, self.initial_seconds * 2 ** min(counted - 1, 32)))
+
+
+class FailureRuleAction(StrEnum):
+    """What a matching :class:`FailureRule` does with a failed head or driver pod."""
+
+    #: fail the TrainJob at once (no restart can fix it).
+    FAIL_JOB = "FailJob"
+    #: restart the cluster without counting it against ``maxRestarts`` (and without back-off).
+    IGNORE = "Ignore"
+    #: restart the cluster, counted against ``maxRestarts`` (what happens when no rule matches).
+    COUNT = "Count"
+
+
+class ExitCodesRule(ApiModel):
+    """Matches a pod by the exit codes of its terminated containers (``podFailurePolicy``)."""
+
+    container_name: str | None = Field(
+        default=None,
+        description="Only this container (driver, ray-head); any container when omitted.",
+    )
+    operator: Literal["In", "NotIn"] = Field(description="In or NotIn the values.")
+    values: list[int] = Field(
+        min_length=1, max_length=255, description="Exit codes (0 is not allowed)."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> ExitCodesRule:
+        if 0 in self.values:
+            raise api_error(
+                "exit code 0 is a success, not a failure",
+                hint="remove 0 from values",
+                field="values",
+            )
+        return self
+
+
+class PodConditionPattern(ApiModel):
+    """Matches a pod that has a condition of this type and status."""
+
+    type: str = Field(description="Pod condition type, e.g. DisruptionTarget.")
+    status: Literal["True", "False", "Unknown"] = Field(default="True", description="Its status.")
+
+
+class FailureRule(ApiModel):
+    """One rule of ``failure.rules``: when a head or driver pod fails (or is disrupted), the
+    first matching rule decides; like Kubernetes Job's ``podFailurePolicy`` and JobSet's
+    failure policy. Exactly one of ``onExitCodes`` and ``onPodConditions``."""
+
+    action: Literal["FailJob", "Ignore", "Count"] = Field(
+        description="FailJob, Ignore or Count (:class:`FailureRuleAction`)."
+    )
+    on_exit_codes: ExitCodesRule | None = Field(
+        default=None, description="Match by container exit codes."
+    )
+    on_pod_conditions: list[PodConditionPattern] = Field(
+        default_factory=list,
+        max_length=20,
+        description="Match when the pod has any of these conditions.",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> FailureRule:
+        if (self.on_exit_codes is None) == (not self.on_pod_conditions):
+            raise api_error(
+                "a failure rule needs exactly one of onExitCodes and onPodConditions",
+                hint="split it into two rules",
+                field="onExitCodes",
+            )
+        return self
+
+
+DEFAULT_FAILURE_RULES: tuple[FailureRule, ...] = (
+    # The driver's own validation of the TrainJob failed (its exit status 2): the same input
+    # fails again, so fail at once (reason InvalidInput).
+    FailureRule(
+        action="FailJob",
+        on_exit_codes=ExitCodesRule(container_name="driver", operator="In", values=[2]),
+    ),
+    # Preemption, eviction, node drain or a node that went away: not the job's fault.
+    FailureRule(
+        action="Ignore",
+        on_pod_conditions=[PodConditionPattern(type="DisruptionTarget")],
+    ),
+)
+"""Rules that apply after ``failure.rules`` (the first match wins)."""
+
+
 class FailureConfig(ApiModel):
     """Retry budgets and deadlines."""
 
@@ -215,6 +338,24 @@ class FailureConfig(ApiModel):
         ge=1,
         description=(
             "The job fails when it is not Running this many seconds after status.startTime."
+        ),
+    )
+    restart_backoff: RestartBackoff = Field(
+        default_factory=RestartBackoff,
+        description=(
+            "Exponential back-off between counted whole-cluster restarts (default 10 s, "
+            "doubling, at most 300 s)."
+        ),
+    )
+    rules: list[FailureRule] = Field(
+        default_factory=list,
+        max_length=20,
+        description=(
+            "What a failed or disrupted head or driver pod does, first match wins: FailJob, "
+            "Ignore (restart, not counted against maxRestarts) or Count. Then the defaults: "
+            "the driver's exit code 2 (invalid input) fails the job; a pod with the "
+            "DisruptionTarget condition (preempted, evicted, drained, its node gone) is "
+            "Ignore. Otherwise Count."
         ),
     )
 

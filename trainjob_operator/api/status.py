@@ -19,12 +19,15 @@ __all__ = [
     "Phase",
     "ProgressStatus",
     "Reason",
+    "RestartRecord",
     "TrainJobStatus",
     "ValidationPoolStatus",
     "ValidationsStatus",
     "WorkersStatus",
 ]
 
+#: entries kept in ``status.restartHistory`` (the oldest go first).
+RESTART_HISTORY_LIMIT = 10
 _CONDITION_REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 
 
@@ -77,15 +80,23 @@ class Reason(StrEnum):
     DRIVER_FAILED = "DriverFailed"
     HEAD_FAILED = "HeadFailed"
     HEAD_OR_DRIVER_LOST = "HeadOrDriverLost"
+    #: a head or driver pod preempted, evicted or drained (not counted against maxRestarts)
+    POD_DISRUPTED = "PodDisrupted"
     # failures that no restart can fix (operator)
     INVALID_INPUT = "InvalidInput"
     INVALID_SPEC = "InvalidSpec"
     INVALID_CHILD = "InvalidChild"
     DEADLINE_EXCEEDED = "DeadlineExceeded"
     STARTUP_DEADLINE_EXCEEDED = "StartupDeadlineExceeded"
+    #: a FailJob rule of spec.failure.rules matched (as a Kubernetes Job's podFailurePolicy)
+    POD_FAILURE_POLICY = "PodFailurePolicy"
     # pods replaced in place (operator Events)
     WORKER_POD_LOST = "WorkerPodLost"
     SPEC_CHANGED = "SpecChanged"
+    #: every host pod of a multi-host TPU slice replaced because one failed or disappeared
+    SLICE_RECOVERED = "SliceRecovered"
+    #: the next attempt waits for spec.failure.restartBackoff
+    RESTART_BACKOFF = "RestartBackoff"
     # the runtime's view of a run (driver)
     WORKERS_READY = "WorkersReady"
     WORKER_GROUP_FAILED = "WorkerGroupFailed"
@@ -155,6 +166,30 @@ class ValidationsStatus(ApiModel):
     failed: int = Field(default=0, ge=0, description="Failed or timed out.")
 
 
+class RestartRecord(ApiModel):
+    """One entry of ``status.restartHistory``: a whole-cluster restart or a slice recovery."""
+
+    attempt: int = Field(
+        ge=0, description="The attempt (status.restarts) the restart or recovery started."
+    )
+    scope: Literal["Cluster", "Slice"] = Field(
+        description="Cluster: every pod replaced; Slice: the hosts of one TPU slice."
+    )
+    slice: int | None = Field(default=None, ge=0, description="The slice index (scope Slice).")
+    reason: str = Field(
+        description="CamelCase cause (DriverFailed, HeadFailed, PodDisrupted, WorkerPodLost...).",
+        json_schema_extra={"pattern": _CONDITION_REASON_PATTERN},
+    )
+    message: str = Field(default="", description="What happened (the pod and how it ended).")
+    time: datetime = Field(description="When the operator decided it.")
+    counted: bool = Field(
+        default=True, description="Whether it counts against failure.maxRestarts."
+    )
+    backoff_seconds: int = Field(
+        default=0, ge=0, description="How long the next attempt waited (failure.restartBackoff)."
+    )
+
+
 class TrainJobStatus(ApiModel):
     """The observed state of a TrainJob (phase and conditions are owned by the operator)."""
 
@@ -178,7 +213,37 @@ class TrainJobStatus(ApiModel):
         ),
     )
     completion_time: datetime | None = Field(default=None, description="When the job finished.")
-    restarts: int = Field(default=0, ge=0, description="Whole-cluster restarts so far.")
+    restarts: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Whole-cluster restarts so far (the attempt number; pods carry it in their "
+            "attempt label)."
+        ),
+    )
+    ignored_restarts: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Restarts not counted against failure.maxRestarts (disruptions, Ignore rules); "
+            "the budget used is restarts - ignoredRestarts."
+        ),
+    )
+    next_attempt_time: datetime | None = Field(
+        default=None,
+        description=(
+            "While Restarting: the next attempt's pods are created at this time "
+            "(failure.restartBackoff)."
+        ),
+    )
+    restart_history: list[RestartRecord] = Field(
+        default_factory=list,
+        max_length=RESTART_HISTORY_LIMIT,
+        description=(
+            f"The last {RESTART_HISTORY_LIMIT} whole-cluster restarts and slice recoveries, "
+            "oldest first."
+        ),
+    )
     worker_failures: int = Field(
         default=0,
         ge=0,
@@ -201,6 +266,15 @@ class TrainJobStatus(ApiModel):
     )
     validations: ValidationsStatus | None = Field(default=None, description="Validation tasks.")
     message: str | None = Field(default=None, description="Human readable summary of the state.")
+
+    def record_restart(self, record: RestartRecord) -> None:
+        """Append to ``restartHistory``, keeping the last :data:`RESTART_HISTORY_LIMIT`."""
+        self.restart_history = [*self.restart_history, record][-RESTART_HISTORY_LIMIT:]
+
+    @property
+    def counted_restarts(self) -> int:
+        """Restarts that count against ``failure.maxRestarts``."""
+        return max(0, self.restarts - self.ignored_restarts)
 
     def condition(self, type_: str) -> Condition | None:
         """The condition of the given type, if present."""

@@ -46,10 +46,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from trainjob_operator.api.spec import (
+    DEFAULT_FAILURE_RULES,
+    FailureRule,
+    FailureRuleAction,
+)
 from trainjob_operator.api.status import (
     ConditionType,
     Phase,
     Reason,
+    RestartRecord,
     TrainJobStatus,
     ValidationPoolStatus,
     WorkersStatus,
@@ -59,6 +65,7 @@ from trainjob_operator.constants import (
     ATTEMPT_LABEL,
     LAST_DEMAND_ANNOTATION,
     ROLE_LABEL,
+    SLICE_LABEL,
     SPEC_HASH_ANNOTATION,
     format_time,
     parse_time,
@@ -73,6 +80,9 @@ OPERATOR_STATUS_KEYS = (
     "startTime",
     "completionTime",
     "restarts",
+    "ignoredRestarts",
+    "nextAttemptTime",
+    "restartHistory",
     "workers",
     "validationPool",
     "message",
@@ -81,6 +91,15 @@ OPERATOR_STATUS_KEYS = (
 #: The driver's exit status for invalid input (its own validation of the TrainJob failed):
 #: no restart can fix it, so the job fails at once (``trainjob_operator.launcher.driver``).
 INVALID_INPUT_EXIT_CODE = 2
+#: The pod condition Kubernetes (1.26+) sets on a pod it is about to delete because of a
+#: preemption, an eviction (drain, API-initiated), a taint or its node going away.
+DISRUPTION_TARGET = "DisruptionTarget"
+#: Pod ``status.reason`` values that mean the same on clusters that set no DisruptionTarget
+#: condition: evicted by the kubelet, preempted by the scheduler, node lost, graceful node
+#: shutdown (``Terminated``/``Shutdown``/``NodeShutdown``).
+DISRUPTION_POD_REASONS = frozenset(
+    {"Evicted", "Preempting", "NodeLost", "Shutdown", "NodeShutdown", "Terminated"}
+)
 #: How much of a container's termination message goes into conditions and Events.
 TERMINATION_MESSAGE_LIMIT = 1024
 #: Longest message of a spec that cannot be parsed or rendered (``InvalidSpec``).
@@ -346,6 +365,72 @@ def _pod_ended(pod: dict[str, Any], container: str | None = None) -> str:
     return f"{text} ({term.describe()})" if term is not None else text
 
 
+def _terminations(pod: dict[str, Any], container: str | None) -> list[Termination]:
+    """How every terminated container of a pod (or only ``container``) ended."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    names = [str(s.get("name") or "") for s in statuses]
+    found = [container_termination(pod, name) for name in names if container in (None, name)]
+    return [t for t in found if t is not None]
+
+
+def pod_conditions(pod: dict[str, Any]) -> dict[str, str]:
+    """A pod's conditions (type -> status). A pod whose ``status.reason`` is one of
+    :data:`DISRUPTION_POD_REASONS` counts as having ``DisruptionTarget`` True (clusters
+    before Kubernetes 1.26 set only the reason)."""
+    status = pod.get("status") or {}
+    found = {str(c.get("type")): str(c.get("status")) for c in status.get("conditions") or []}
+    if status.get("reason") in DISRUPTION_POD_REASONS:
+        found[DISRUPTION_TARGET] = "True"
+    return found
+
+
+def pod_disrupted(pod: dict[str, Any]) -> bool:
+    """Whether Kubernetes took the pod away (preemption, eviction, drain, node gone)."""
+    return pod_conditions(pod).get(DISRUPTION_TARGET) == "True"
+
+
+def failure_rule_matches(rule: FailureRule, pod: dict[str, Any]) -> bool:
+    """Whether ``rule`` matches a failed or disrupted pod.
+
+    ``onExitCodes``: some terminated container (the named one only, when given) exited with
+    a code In (or NotIn, and not 0) the values. ``onPodConditions``: the pod has one of the
+    conditions with that status (see :func:`pod_conditions`).
+    """
+    if rule.on_exit_codes is not None:
+        match = rule.on_exit_codes
+        codes = [
+            t.exit_code for t in _terminations(pod, match.container_name) if t.exit_code is not None
+        ]
+        if match.operator == "In":
+            return any(code in match.values for code in codes)
+        return any(code != 0 and code not in match.values for code in codes)
+    conditions = pod_conditions(pod)
+    return any(conditions.get(c.type) == c.status for c in rule.on_pod_conditions)
+
+
+@dataclass(frozen=True)
+class FailureDecision:
+    """What :func:`decide_pod_failure` found for a failed or disrupted head or driver pod."""
+
+    action: FailureRuleAction
+    #: which rule decided: ``failure.rules[i]``, ``default rule i`` or ``no rule matched``.
+    rule: str
+    #: the index in :data:`DEFAULT_FAILURE_RULES` when a default rule decided.
+    default_index: int | None = None
+
+
+def decide_pod_failure(pod: dict[str, Any], rules: list[FailureRule]) -> FailureDecision:
+    """The first rule of ``failure.rules`` then :data:`DEFAULT_FAILURE_RULES` that matches
+    ``pod`` decides; ``Count`` when none does."""
+    for index, rule in enumerate(rules):
+        if failure_rule_matches(rule, pod):
+            return FailureDecision(FailureRuleAction(rule.action), f"failure.rules[{index}]")
+    for index, rule in enumerate(DEFAULT_FAILURE_RULES):
+        if failure_rule_matches(rule, pod):
+            return FailureDecision(FailureRuleAction(rule.action), f"default rule {index}", index)
+    return FailureDecision(FailureRuleAction.COUNT, "no rule matched")
+
+
 def keep_driver_pod(policy: str, phase: str) -> bool:
     """Whether a finished job (``phase`` Succeeded or Failed) keeps its driver pod for its logs.
 
@@ -556,21 +641,67 @@ class Reconcile:
         self.delete_pods(keep_driver=keep_driver_pod(self.job.spec.keep_driver_pod, Phase.FAILED))
         return True
 
-    def restart(self, reason: str, message: str) -> bool:
+    def restart(self, reason: str, message: str, counted: bool = True) -> bool:
         """Restart the whole cluster from the latest checkpoint (the next attempt), or fail
-        when ``failure.maxRestarts`` is used up."""
-        max_restarts = self.job.spec.failure.max_restarts
-        if self.attempt >= max_restarts:
+        when ``failure.maxRestarts`` is used up.
+
+        A counted restart waits ``failure.restartBackoff`` (doubling with each counted
+        restart) before the next attempt's pods are created (``status.nextAttemptTime``); one
+        not counted (``counted=False``: a disruption, an ``Ignore`` rule) neither uses the
+        budget nor waits. Each restart is recorded in ``status.restartHistory``.
+        """
+        failure = self.job.spec.failure
+        max_restarts = failure.max_restarts
+        used = self.status.counted_restarts
+        if counted and used >= max_restarts:
             return self.fail(reason, f"{message}; maxRestarts={max_restarts} exhausted")
+        delay = failure.restart_backoff.delay(used + 1) if counted else 0
         self.status.restarts = self.attempt + 1
-        message = (
-            f"{message}; restart {self.attempt + 1} of {max_restarts} from the latest checkpoint"
+        if counted:
+            message = f"{message}; restart {used + 1} of {max_restarts} from the latest checkpoint"
+        else:
+            self.status.ignored_restarts = self.status.ignored_restarts + 1
+            message = (
+                f"{message}; restart from the latest checkpoint, not counted against "
+                f"maxRestarts={max_restarts}"
+            )
+        if delay:
+            message = f"{message}; next attempt in {delay}s (failure.restartBackoff)"
+        self.status.next_attempt_time = (
+            _seconds(self.now + dt.timedelta(seconds=delay)) if delay else None
+        )
+        self.status.record_restart(
+            RestartRecord(
+                attempt=self.attempt + 1,
+                scope="Cluster",
+                reason=reason,
+                message=message[:TERMINATION_MESSAGE_LIMIT],
+                time=_seconds(self.now),
+                counted=counted,
+                backoff_seconds=delay,
+            )
         )
         self.set_phase(Phase.RESTARTING, reason, message, EventType.WARNING)
         self.set_condition(ConditionType.RESTARTING, True, reason, message)
         self.delete_pods(keep_driver=False)
-        self.plan.requeue_at_most(1.0)
+        self.plan.requeue_at_most(float(delay) if delay else 1.0)
         return True
+
+    def pod_failed(self, pod: dict[str, Any], reason: str, message: str) -> bool:
+        """A head or driver pod failed or was disrupted: ``failure.rules`` and the defaults
+        (:func:`decide_pod_failure`) decide between failing the job, a restart not counted
+        against ``maxRestarts`` and a counted one."""
+        decision = decide_pod_failure(pod, self.job.spec.failure.rules)
+        if decision.action == FailureRuleAction.FAIL_JOB:
+            if decision.default_index == 0:
+                # The driver's own validation of the TrainJob failed: a restart runs the same
+                # input again, so fail at once with what the driver said.
+                return self.fail(Reason.INVALID_INPUT, message)
+            return self.fail(Reason.POD_FAILURE_POLICY, f"{message}; {decision.rule} is FailJob")
+        if decision.action == FailureRuleAction.IGNORE:
+            why = "disrupted" if pod_disrupted(pod) else "ignored"
+            return self.restart(reason, f"{message} ({why}: {decision.rule})", counted=False)
+        return self.restart(reason, message)
 
     def deleting(self, name: str) -> bool:
         """Whether this plan already deletes pod ``name``."""
@@ -649,12 +780,9 @@ def check_driver_if_needed(r: Reconcile) -> bool:
             r.delete_pods(keep_driver=keep_driver_pod(r.job.spec.keep_driver_pod, Phase.SUCCEEDED))
             return True
         if pod_phase(driver) == PodPhase.FAILED:
-            term = container_termination(driver, "driver")
-            if term is not None and term.exit_code == INVALID_INPUT_EXIT_CODE:
-                # The driver's own validation of the TrainJob failed: a restart runs the same
-                # input again, so fail at once with what the driver said.
-                return r.fail(Reason.INVALID_INPUT, f"driver {_pod_ended(driver, 'driver')}")
-            return r.restart(Reason.DRIVER_FAILED, f"driver {_pod_ended(driver, 'driver')}")
+            return r.pod_failed(
+                driver, Reason.DRIVER_FAILED, f"driver {_pod_ended(driver, 'driver')}"
+            )
     return False
 
 
@@ -662,7 +790,19 @@ def check_head_if_needed(r: Reconcile) -> bool:
     """A Ray head that ended restarts the whole cluster."""
     for head in r.by_role.get("head", []):
         if _pod_done(head):
-            return r.restart(Reason.HEAD_FAILED, f"Ray head {_pod_ended(head)}")
+            return r.pod_failed(head, Reason.HEAD_FAILED, f"Ray head {_pod_ended(head)}")
+    return False
+
+
+def check_disrupted_pods_if_needed(r: Reconcile) -> bool:
+    """A head or driver pod that Kubernetes is taking away (a ``DisruptionTarget``
+    condition: preemption, eviction, drain, its node gone) restarts the cluster now, before
+    it is gone; by default (:data:`DEFAULT_FAILURE_RULES`) not counted against
+    ``maxRestarts``."""
+    for role in ("head", "driver"):
+        for pod in r.by_role.get(role, []):
+            if not _pod_done(pod) and pod_disrupted(pod):
+                return r.pod_failed(pod, Reason.POD_DISRUPTED, f"pod {_name(pod)} disrupted")
     return False
 
 
@@ -714,11 +854,85 @@ def check_removed_pods_if_needed(r: Reconcile) -> None:
             r.plan.delete.append(("Pod", _name(pod)))
 
 
+def _slice_index(pod: dict[str, Any]) -> int | None:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    value = labels.get(SLICE_LABEL)
+    return int(value) if value is not None else None
+
+
+def _multi_host_slices(job: TrainJob) -> bool:
+    shape = job.spec.scaling.tpu_shape
+    return shape is not None and shape.hosts > 1
+
+
+def _host_broken(r: Reconcile, pod: dict[str, Any]) -> str | None:
+    """Why a TPU host pod breaks its slice (None when it does not): it ended, Kubernetes is
+    taking it away, or it is being deleted by someone else while its slice runs on."""
+    if _pod_done(pod):
+        return _pod_ended(pod)
+    if pod_disrupted(pod):
+        return f"pod {_name(pod)} disrupted (DisruptionTarget)"
+    if _terminating(pod):
+        return f"pod {_name(pod)} is being deleted"
+    return None
+
+
+def check_slice_recovery_if_needed(r: Reconcile) -> None:
+    """Slice-atomic recovery of multi-host TPU slices: the hosts of a slice share ICI and the
+    collectives of the others hang when one host is replaced alone, so when any host pod of
+    a slice fails, is disrupted, is deleted or (once the job ran) disappeared, every host
+    pod of that slice is deleted and recreated under the same names (same stable hostnames
+    and ``TPU_WORKER_ID``). The runtime restarts the whole worker group (every slice) from the
+    latest committed checkpoint; the other slices' pods are kept (see the README). Recorded
+    in ``status.restartHistory`` (scope Slice) with an Event ``SliceRecovered``."""
+    if not _multi_host_slices(r.job):
+        return
+    desired_hosts: dict[int, list[str]] = {}
+    for d in r.desired:
+        index = _slice_index(d)
+        if _role(d) == "worker" and index is not None:
+            desired_hosts.setdefault(index, []).append(_name(d))
+    present: dict[str, dict[str, Any]] = {
+        _name(p): p for p in r.by_role.get("worker", []) if _slice_index(p) is not None
+    }
+    for index, names in sorted(desired_hosts.items()):
+        why = next((w for n in names if n in present and (w := _host_broken(r, present[n]))), None)
+        missing = [n for n in names if n not in present]
+        if why is None and missing and len(missing) < len(names) and r.phase == Phase.RUNNING:
+            why = f"pod {missing[0]} disappeared"
+        if why is None:
+            continue
+        replace_now = [
+            n for n in names if n in present and not _terminating(present[n]) and not r.deleting(n)
+        ]
+        if not replace_now:
+            continue  # the slice is already being replaced
+        for name in replace_now:
+            r.plan.delete.append(("Pod", name))
+        message = (
+            f"slice {index} ({len(names)} hosts, {names[0]}..{names[-1]}) replaced as a unit: {why}"
+        )
+        r.plan.events.append(Event(EventType.WARNING, Reason.SLICE_RECOVERED, message))
+        r.status.record_restart(
+            RestartRecord(
+                attempt=r.attempt,
+                scope="Slice",
+                slice=index,
+                reason=Reason.SLICE_RECOVERED,
+                message=message[:TERMINATION_MESSAGE_LIMIT],
+                time=_seconds(r.now),
+                counted=False,
+            )
+        )
+
+
 def check_worker_replacement_if_needed(r: Reconcile) -> None:
     """A worker or validation pod that ended is deleted, to be recreated under the same name
-    (the runtime restarts the worker group from the latest checkpoint)."""
+    (the runtime restarts the worker group from the latest checkpoint); the hosts of a
+    multi-host TPU slice are replaced together (:func:`check_slice_recovery_if_needed`)."""
+    check_slice_recovery_if_needed(r)
     for pod in r.current_pods:
-        if _role(pod) in ("worker", "validation") and _pod_done(pod):
+        if _role(pod) in ("worker", "validation") and _pod_done(pod) and not r.deleting(_name(pod)):
             r.plan.delete.append(("Pod", _name(pod)))
             r.plan.events.append(
                 Event(
@@ -742,6 +956,24 @@ def check_spec_changes_if_needed(r: Reconcile) -> None:
                     f"pod {_name(pod)} replaced to apply the new spec",
                 )
             )
+
+
+def check_restart_backoff_if_needed(r: Reconcile) -> bool:
+    """Restarting: the next attempt's pods wait until ``status.nextAttemptTime``
+    (``failure.restartBackoff``); the plan asks to be called back then. Once due, the time
+    is cleared and the pods are created."""
+    due = r.status.next_attempt_time
+    if due is None:
+        return False
+    remaining = (due - r.now).total_seconds()
+    if r.phase == Phase.RESTARTING and remaining > 0:
+        r.status.message = (
+            f"restart back-off: the next attempt starts at {_ts(due)} (failure.restartBackoff)"
+        )
+        r.plan.requeue_at_most(remaining)
+        return True
+    r.status.next_attempt_time = None
+    return False
 
 
 def create_missing_children(r: Reconcile) -> None:
@@ -817,7 +1049,7 @@ def _converge_cluster(r: Reconcile, running: bool = False) -> None:
     if check_suspend_if_needed(r):
         return
     check_stale_pods_if_needed(r)
-    if check_driver_if_needed(r) or check_head_if_needed(r):
+    if check_driver_if_needed(r) or check_head_if_needed(r) or check_disrupted_pods_if_needed(r):
         return
     if running and check_lost_pods_if_needed(r):
         return
@@ -826,6 +1058,8 @@ def _converge_cluster(r: Reconcile, running: bool = False) -> None:
     check_removed_pods_if_needed(r)
     check_worker_replacement_if_needed(r)
     check_spec_changes_if_needed(r)
+    if check_restart_backoff_if_needed(r):
+        return
     create_missing_children(r)
     check_start_time_if_needed(r)
     update_cluster_status(r)
