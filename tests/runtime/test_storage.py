@@ -289,3 +289,110 @@ def test_gcs_files_of_a_folder_upload_in_parallel(
         assert proxy.max_in_flight == 4  # max_workers uploads at once, never more
     finally:
         proxy.close()
+
+
+# ------------------------------------------------------------------- S3 (moto) and pyarrow
+
+
+def test_s3_fingerprints_are_etags_and_change_with_the_content(
+    s3_server: object, tmp_path: Path
+) -> None:
+    """What the commit checks: each stored file's size and ETag, as listed later."""
+    bucket = s3_server.new_bucket()  # type: ignore[attr-defined]
+    storage = get_storage(f"s3://{bucket}")
+    src = tmp_path / "src"
+    _make_tree(src)
+    dest = f"s3://{bucket}/run/checkpoint_000000"
+    stats = storage.upload_dir(src, dest)
+    listed = storage.list_stored(dest)
+    assert listed == stats.stored  # the commit's check passes for an untouched folder
+    assert all(f.fingerprint for f in listed.values())
+    # Another writer replaces a file with different bytes of the same size: the fingerprint
+    # (the ETag) changes although the size does not, so the commit would refuse it.
+    storage.write_bytes(f"{dest}/optim/deep/more.txt", b"HELLO")
+    after = storage.list_stored(dest)
+    assert after["optim/deep/more.txt"].size == stats.stored["optim/deep/more.txt"].size
+    assert after["optim/deep/more.txt"] != stats.stored["optim/deep/more.txt"]
+    sizes = storage.list_stored(dest, fingerprints=False)  # restore: sizes only, no HEADs
+    assert {k: v.size for k, v in sizes.items()} == {k: v.size for k, v in after.items()}
+
+
+def test_s3_missing_bucket_is_a_permanent_error(s3_server: object, tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    storage = get_storage("s3://no-such-bucket-here/runs")
+    with pytest.raises(StorageError) as info:
+        storage.upload_dir(tmp_path, "s3://no-such-bucket-here/runs/c")
+    assert info.value.permanent
+    from trainer_runtime.storage.base import is_permanent_error
+
+    assert is_permanent_error(info.value)
+
+
+def test_transient_s3_errors_are_the_ones_ray_retries() -> None:
+    from trainer_runtime.storage.pyarrow_fs import is_transient_pyarrow_error
+
+    assert is_transient_pyarrow_error(OSError("AWS Error SLOW_DOWN during PutObject"))
+    assert is_transient_pyarrow_error(OSError("AWS Error NETWORK_CONNECTION: curl"))
+    assert not is_transient_pyarrow_error(OSError("AWS Error ACCESS_DENIED during PutObject"))
+    assert not is_transient_pyarrow_error(FileNotFoundError("gone"))
+
+
+def _fs_train(config: dict[str, object]) -> None:
+    import json as _json
+    import tempfile as _tempfile
+
+    import trainer_runtime as tr
+
+    start = 0
+    if (ckpt := tr.get_checkpoint()) is not None:
+        with ckpt.as_directory() as folder:
+            start = _json.loads((Path(folder) / "s.json").read_text())["step"] + 1
+    for step in range(start, int(config["steps"])):  # type: ignore[call-overload]
+        folder = _tempfile.mkdtemp()
+        (Path(folder) / "s.json").write_text(_json.dumps({"step": step}))
+        tr.report(
+            {"step": step},
+            checkpoint=tr.Checkpoint.from_directory(folder),
+            checkpoint_upload_mode=tr.CheckpointUploadMode.ASYNC,
+        )
+
+
+def test_a_run_on_a_custom_pyarrow_filesystem(s3_server: object, tmp_path: Path) -> None:
+    """RunConfig(storage_filesystem=S3FileSystem, storage_path='bucket/runs'), as in Ray Train:
+    paths are the filesystem's own; Result.filesystem and from_path(storage_filesystem=)."""
+    import trainer_runtime as tr
+
+    fs = s3_server.filesystem()  # type: ignore[attr-defined]
+    bucket = s3_server.new_bucket()  # type: ignore[attr-defined]
+
+    def fit(steps: int) -> tr.Result:
+        return tr.DataParallelTrainer(
+            _fs_train,
+            train_loop_config={"steps": steps},
+            scaling_config=tr.ScalingConfig(num_workers=0),
+            run_config=tr.RunConfig(
+                name="run",
+                storage_path=f"{bucket}/runs",
+                storage_filesystem=fs,
+                checkpoint_config=tr.CheckpointConfig(num_to_keep=2),
+            ),
+        ).fit()
+
+    result = fit(2)
+    assert result.path == f"{bucket}/runs/run"
+    assert result.filesystem is fs
+    assert result.checkpoint is not None and result.checkpoint.filesystem is fs
+    assert (
+        repr(result.checkpoint)
+        == f"Checkpoint(filesystem=s3, path={bucket}/runs/run/checkpoint_000001)"
+    )
+    assert fs.get_file_info(f"{bucket}/runs/run/checkpoint_000001/s.json").size > 0
+    result = fit(4)  # a new driver resumes from step 1 on the same filesystem
+    assert result.metrics == {"step": 3}
+    again = tr.Result.from_path(f"{bucket}/runs/run", storage_filesystem=fs)
+    assert [c.path for c, _ in again.best_checkpoints] == [
+        f"{bucket}/runs/run/checkpoint_000002",
+        f"{bucket}/runs/run/checkpoint_000003",
+    ]
+    with again.checkpoint.as_directory() as folder:  # type: ignore[union-attr]
+        assert (Path(folder) / "s.json").read_text() == '{"step": 3}'

@@ -46,7 +46,14 @@ def test_torchrun_two_processes_report_checkpoint_and_resume(tmp_path: Path) -> 
 
     for rank in (0, 1):
         pg = json.loads((first / f"pg_{rank}.json").read_text())
-        assert pg == {"sum": 3.0, "ddp": "DistributedDataParallel", "world": 2}
+        assert pg == {
+            "sum": 3.0,
+            "ddp": "DistributedDataParallel",
+            "world": 2,
+            "broadcast": {"from": 0},  # collective.broadcast_from_rank_zero under torchrun
+        }
+        reported = json.loads((first / f"reported_{rank}.json").read_text())
+        assert reported == ["checkpoint_000001", "checkpoint_000002"]
         result = json.loads((first / f"result_{rank}.json").read_text())
         # Every rank's fit() returns rank 0's metrics and the committed checkpoint.
         assert result["metrics"] == {"step": 2, "loss": 1 / 3, "rank": 0}

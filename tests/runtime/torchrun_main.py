@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 import trainer_runtime as tr
 from tests.runtime.workloads import counting_train
-from trainer_runtime import CheckpointConfig, RunConfig, ScalingConfig
+from trainer_runtime import CheckpointConfig, RunConfig, ScalingConfig, collective
 from trainer_runtime.torch import TorchTrainer, prepare_model
 
 
@@ -23,10 +23,24 @@ def train(config: dict) -> None:
     model = prepare_model(torch.nn.Linear(2, 1))
     t = torch.tensor([float(dist.get_rank() + 1)])
     dist.all_reduce(t)  # the process group really spans both processes
-    Path(config["out"], f"pg_{tr.get_context().get_world_rank()}.json").write_text(
-        json.dumps({"sum": t.item(), "ddp": type(model).__name__, "world": dist.get_world_size()})
+    rank = tr.get_context().get_world_rank()
+    got = collective.broadcast_from_rank_zero({"from": rank})  # through rank 0's controller
+    collective.barrier()
+    Path(config["out"], f"pg_{rank}.json").write_text(
+        json.dumps(
+            {
+                "sum": t.item(),
+                "ddp": type(model).__name__,
+                "world": dist.get_world_size(),
+                "broadcast": got,
+            }
+        )
     )
     counting_train(config)
+    kept = tr.get_all_reported_checkpoints(tr.CheckpointConsistencyMode.COMMITTED)
+    Path(config["out"], f"reported_{rank}.json").write_text(
+        json.dumps([r.checkpoint.path.rsplit("/", 1)[-1] for r in kept])
+    )
 
 
 def main() -> None:

@@ -60,6 +60,8 @@ PERMANENT_TOKENS = (
     "Access Denied",
     "AccessDenied",
     "NoSuchBucket",
+    "NO_SUCH_BUCKET",
+    "The specified bucket does not exist",
     "InvalidAccessKeyId",
     "SignatureDoesNotMatch",
     "Forbidden",
