@@ -330,8 +330,17 @@ def test_split_entrypoint() -> None:
 
 @pytest.mark.parametrize("quantity", ["500m", "2", 2, 0, "4Gi", "1.5", ".5", "1e3", "100M", "+1"])
 def test_good_quantities(quantity: object) -> None:
-    job = parse_trainjob(manifest(scaling={"resourcesPerWorker": {"cpu": quantity}}))
-    assert job.spec.scaling.resources_per_worker["cpu"] == quantity
+    job = parse_trainjob(manifest(scaling={"resourcesPerWorker": {"memory": quantity}}))
+    assert job.spec.scaling.resources_per_worker["memory"] == quantity
+
+
+@pytest.mark.parametrize("quantity", [0, "0", "0.0001", "1n"])
+def test_worker_cpu_below_one_milli_cpu_is_refused(quantity: object) -> None:
+    """Ray cannot reserve less than 1m CPU: a zero CPU bundle is an empty one, which Ray refuses."""
+    err = only_error(manifest(scaling={"resourcesPerWorker": {"cpu": quantity}}))
+    assert err.path == 'spec.scaling.resourcesPerWorker["cpu"]'
+    assert err.message.startswith("cpu must be at least 1m (0.001 CPU)")
+    assert err.hint is not None and "omit cpu" in err.hint
 
 
 @pytest.mark.parametrize(
@@ -586,7 +595,12 @@ def test_status_rejections() -> None:
     assert err.path == "status.phase" and "'Succeeded'" in err.message
     doc["status"] = {
         "conditions": [
-            {"type": "Ready", "status": "Yes", "reason": "R", "lastTransitionTime": "2024-01-01"}
+            {
+                "type": "Ready",
+                "status": "Yes",
+                "reason": "R",
+                "lastTransitionTime": "2024-01-01T00:00:00Z",
+            }
         ]
     }
     assert only_error(doc).path == "status.conditions[0].status"

@@ -7,6 +7,7 @@ paths such as ``spec.scaling.tpu.topology``; :class:`ManifestError` carries them
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import types
 import typing
@@ -117,8 +118,14 @@ def _hint_for(err: Mapping[str, Any], parent: type[BaseModel] | None, key: str) 
         return f"write {ACCELERATOR_ALIASES[value]!r}"
     if kind == "literal_error" and key == "apiVersion":
         return f"use apiVersion: {API_VERSION}"
-    if kind == "bool_parsing":
+    if kind in ("bool_parsing", "bool_type"):
         return "use true or false"
+    if kind == "int_type" and isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        return f"write the number without quotes: {value.strip()}"
+    if kind in ("int_type", "int_from_float") and isinstance(value, float) and value.is_integer():
+        return f"write a whole number without a decimal point: {int(value)}"
+    if kind == "int_type" and isinstance(value, bool):
+        return "use a whole number such as 2"
     return None
 
 
@@ -140,10 +147,23 @@ def _message_for(err: Mapping[str, Any], key: str) -> str:
         return f"expected a mapping, got {yaml_type(err.get('input'))}"
     if kind == "list_type":
         return f"expected a list, got {yaml_type(err.get('input'))}"
+    if kind == "int_type":
+        return f"expected an integer, got {yaml_type(err.get('input'))} ({_shown(err)})"
+    if kind == "bool_type":
+        return f"expected a boolean, got {yaml_type(err.get('input'))} ({_shown(err)})"
     msg = str(err["msg"])
     for prefix in ("Value error, ", "Assertion failed, "):
         msg = msg.removeprefix(prefix)
     return msg
+
+
+def _shown(err: Mapping[str, Any]) -> str:
+    """The offending value as JSON (``true``, ``"2"``, ``2.0``), shortened."""
+    try:
+        text = json.dumps(err.get("input"))
+    except (TypeError, ValueError):
+        text = repr(err.get("input"))
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def yaml_type(value: object) -> str:

@@ -19,9 +19,11 @@ from trainjob_operator.api.quantity import QUANTITY_PATTERN, QUANTITY_RE
 
 __all__ = [
     "ENTRYPOINT_PATTERN",
+    "IMAGE_PATTERN",
     "ApiModel",
     "Entrypoint",
     "FreeForm",
+    "ImageReference",
     "Quantity",
     "ResourceMap",
     "ResourceName",
@@ -138,6 +140,39 @@ Quantity = Annotated[
     ),
 ]
 """A Kubernetes resource quantity: a non-negative integer or a string like ``"500m"``."""
+
+
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN = (
+    r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+    r"(?:\.(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(?::[0-9]+)?"
+)
+IMAGE_PATTERN = (
+    rf"^(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9A-Fa-f]{32,})?$"
+)
+"""A container image reference (the grammar of ``docker pull``: ``[host[:port]/]path[:tag]
+[@digest]``, lowercase path)."""
+_IMAGE_RE = re.compile(IMAGE_PATTERN)
+
+
+def _check_image(value: str) -> str:
+    if _IMAGE_RE.match(value) and len(value) <= 4096:
+        return value
+    hint = (
+        "use a reference such as 'registry.example.com/team/train:1.0' or 'repo/image@sha256:...'"
+    )
+    if value != value.strip():
+        hint = "remove the spaces around the image name"
+    elif any(c.isupper() for c in value.split("@")[0].split(":")[0].split("/")[-1]):
+        hint = "image repository names are lowercase"
+    raise api_error(f"{value!r} is not a valid container image reference", hint=hint)
+
+
+ImageReference = Annotated[str, AfterValidator(_check_image)]
+"""A container image reference, checked as ``docker pull`` would parse it (by the admission
+webhook and ``trainjob validate``; the CRD schema says only ``type: string``)."""
 
 
 def _check_resource_name(value: str) -> str:

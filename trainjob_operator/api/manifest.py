@@ -8,11 +8,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -22,7 +22,21 @@ from trainjob_operator.api.errors import FieldError, ManifestError, field_errors
 from trainjob_operator.api.trainjob import TrainJob
 from trainjob_operator.constants import API_VERSION, KIND
 
-__all__ = ["LoadedDocument", "load_documents", "load_trainjobs", "parse_trainjob"]
+__all__ = [
+    "MAX_MANIFEST_BYTES",
+    "MAX_NESTING_DEPTH",
+    "LoadedDocument",
+    "load_documents",
+    "load_trainjobs",
+    "parse_trainjob",
+]
+
+MAX_MANIFEST_BYTES = 1_572_864
+"""Largest manifest read (1.5 MiB, etcd's default request limit: the API server could not store
+a larger TrainJob). A larger file is refused before it is parsed."""
+MAX_NESTING_DEPTH = 100
+"""Deepest nesting of mappings and lists accepted in a manifest (or an API body): a TrainJob
+needs about 10 levels; deeper documents are refused before they can exhaust the stack."""
 
 
 def _plain(value: Any) -> Any:
@@ -32,6 +46,28 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     return value
+
+
+def _too_deep(data: Mapping[str, Any]) -> str | None:
+    """The path of the first value nested deeper than :data:`MAX_NESTING_DEPTH`, or None.
+
+    Iterative, so a body of any depth (e.g. from the API server, which allows deeper JSON than
+    a manifest) is checked without recursion.
+    """
+    stack: list[tuple[Any, str, int]] = [(data, "", 1)]
+    while stack:
+        value, path, depth = stack.pop()
+        if depth > MAX_NESTING_DEPTH:
+            return path
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                if isinstance(item, Mapping | list | tuple):
+                    stack.append((item, f"{path}.{key}" if path else str(key), depth + 1))
+        elif isinstance(value, list | tuple):
+            for index, item in enumerate(value):
+                if isinstance(item, Mapping | list | tuple):
+                    stack.append((item, f"{path}[{index}]", depth + 1))
+    return None
 
 
 def parse_trainjob(data: Mapping[str, Any]) -> TrainJob:
@@ -50,6 +86,17 @@ def parse_trainjob(data: Mapping[str, Any]) -> TrainJob:
         raise ManifestError(
             [FieldError("", f"a TrainJob must be a mapping, got {yaml_type(data)}")]
         )
+    too_deep = _too_deep(data)
+    if too_deep is not None:
+        raise ManifestError(
+            [
+                FieldError(
+                    too_deep,
+                    f"nesting deeper than {MAX_NESTING_DEPTH} levels is not allowed",
+                    "flatten the data, or keep it in a file and pass its path in spec.config",
+                )
+            ]
+        )
     errors = [
         FieldError(key, "required field is missing", f"add {key}: {value}")
         for key, value in (("apiVersion", API_VERSION), ("kind", KIND))
@@ -57,9 +104,17 @@ def parse_trainjob(data: Mapping[str, Any]) -> TrainJob:
     ]
     try:
         # By alias only: the CRD (and so the API server) knows only the camelCase names and
-        # prunes any other key, so a snake_case key must be an error here too.
-        job = TrainJob.model_validate(_plain(data), by_alias=True, by_name=False)
-    except ValidationError as exc:
+        # prunes any other key, so a snake_case key must be an error here too. As JSON and
+        # strictly, as the API server validates the CRD's types: "2", true or 2.0 is not an
+        # integer and "true" is not a boolean (pydantic's lax mode would coerce them), while
+        # enums and timestamps are read from their JSON strings.
+        text = json.dumps(_plain(data), default=str, allow_nan=False)
+        job = TrainJob.model_validate_json(text, strict=True, by_alias=True, by_name=False)
+    except ValueError as exc:
+        if not isinstance(exc, ValidationError):  # NaN or infinity: not JSON, as for kubectl
+            raise ManifestError(
+                [FieldError("", f"not representable as JSON: {exc}", "quote the value: '.nan'")]
+            ) from None
         errors.extend(field_errors(exc, TrainJob))
     if errors:
         raise ManifestError(errors)
@@ -67,7 +122,35 @@ def parse_trainjob(data: Mapping[str, Any]) -> TrainJob:
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate mapping keys (which YAML would silently merge)."""
+    """SafeLoader that rejects duplicate mapping keys (which YAML would silently merge), anchors
+    and aliases (a kilobyte of aliases can expand to gigabytes: an "alias bomb"), and nesting
+    deeper than :data:`MAX_NESTING_DEPTH` (the composer is recursive)."""
+
+    _depth = 0
+
+    @staticmethod
+    def _refuse(problem: str, event: yaml.Event) -> yaml.composer.ComposerError:
+        mark = event.start_mark if isinstance(event.start_mark, yaml.error.Mark) else None
+        return yaml.composer.ComposerError(None, None, problem, mark)
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            raise self._refuse(f"YAML aliases are not allowed (found *{event.anchor})", event)
+        anchor = getattr(event, "anchor", None)
+        if anchor is not None:
+            raise self._refuse(f"YAML anchors are not allowed (found &{anchor})", event)
+        if isinstance(event, yaml.SequenceStartEvent | yaml.MappingStartEvent):
+            if self._depth >= MAX_NESTING_DEPTH:
+                raise self._refuse(
+                    f"nesting deeper than {MAX_NESTING_DEPTH} levels is not allowed", event
+                )
+            self._depth += 1
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
+        return super().compose_node(parent, index)
 
 
 def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
@@ -129,19 +212,85 @@ def _yaml_error(exc: yaml.YAMLError) -> FieldError:
     hint = None
     if "'\\t'" in str(problem) or "tab" in str(problem):
         hint = "indent with spaces; YAML does not allow tabs"
+    elif "aliases are not allowed" in str(problem) or "anchors are not allowed" in str(problem):
+        hint = "write the values out in full: a few aliases can expand to gigabytes"
+    elif "nesting deeper" in str(problem):
+        hint = "flatten the data, or keep it in a file and pass its path in spec.config"
     path = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
     return FieldError(path, text, hint)
 
 
+class _UnreadableText(Exception):
+    """The manifest's bytes are not a text we parse (too large, not UTF-8, binary)."""
+
+    def __init__(self, error: FieldError) -> None:
+        super().__init__(error.format())
+        self.error = error
+
+
+def _read_bytes(path: str | os.PathLike[str] | None) -> bytes | str:
+    """At most :data:`MAX_MANIFEST_BYTES` + 1 bytes of a file (``None``: stdin; text when
+    stdin is a text stream without bytes, e.g. replaced in tests)."""
+    if path is None:
+        buffer = getattr(sys.stdin, "buffer", None)
+        if buffer is None:
+            return str(sys.stdin.read(MAX_MANIFEST_BYTES + 1))
+        return bytes(buffer.read(MAX_MANIFEST_BYTES + 1))
+    with open(path, "rb") as handle:
+        return handle.read(MAX_MANIFEST_BYTES + 1)
+
+
+def _decode(data: bytes | str) -> str:
+    """The manifest's text; raises :class:`_UnreadableText` for what YAML should not see."""
+    size = len(data.encode("utf-8", "surrogatepass")) if isinstance(data, str) else len(data)
+    if size > MAX_MANIFEST_BYTES:
+        raise _UnreadableText(
+            FieldError(
+                "",
+                f"the manifest is larger than {MAX_MANIFEST_BYTES} bytes (1.5 MiB, the most the "
+                "API server stores in one object)",
+                "keep large data out of the manifest: put it in storage and pass its path in "
+                "spec.config",
+            )
+        )
+    if isinstance(data, str):
+        return data
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _UnreadableText(
+            FieldError(
+                "",
+                f"the manifest is not UTF-8 text: byte 0x{data[exc.start]:02x} at offset "
+                f"{exc.start}",
+                "a TrainJob manifest is a YAML or JSON text file; save it as UTF-8",
+            )
+        ) from None
+    if "\x00" in text:
+        raise _UnreadableText(
+            FieldError(
+                "",
+                f"the manifest is binary: a NUL byte at offset {text.index(chr(0))}",
+                "a TrainJob manifest is a YAML or JSON text file",
+            )
+        )
+    return text.removeprefix("\ufeff")
+
+
 def _read_source(source: str | os.PathLike[str]) -> tuple[str, str]:
-    """Return ``(text, name)``; ``source`` is a path, ``"-"`` (stdin) or YAML text."""
+    """Return ``(text, name)``; ``source`` is a path, ``"-"`` (stdin) or YAML text.
+
+    Raises:
+        _UnreadableText: for a manifest that is too large, not UTF-8 or binary.
+        OSError: when the file cannot be read.
+    """
     if isinstance(source, os.PathLike):
-        return Path(source).read_text(encoding="utf-8"), os.fspath(source)
+        return _decode(_read_bytes(source)), os.fspath(source)
     if source == "-":
-        return sys.stdin.read(), "<stdin>"
+        return _decode(_read_bytes(None)), "<stdin>"
     if _looks_like_path(source):
-        return Path(source).read_text(encoding="utf-8"), source
-    return source, "<string>"
+        return _decode(_read_bytes(source)), source
+    return _decode(source), "<string>"
 
 
 def _looks_like_path(source: str) -> bool:
@@ -170,10 +319,17 @@ def load_documents(source: str | os.PathLike[str]) -> list[LoadedDocument]:
         One :class:`LoadedDocument` per non-empty document, in order. A YAML syntax error ends
         the stream with a document holding a single error whose path is ``line L, column C``.
 
+        A manifest larger than :data:`MAX_MANIFEST_BYTES`, not UTF-8 or binary is one
+        document holding that error; so is YAML with anchors or aliases, or nested deeper than
+        :data:`MAX_NESTING_DEPTH` (a ``line L, column C`` error).
+
     Raises:
         OSError: when the file cannot be read.
     """
-    text, _ = _read_source(source)
+    try:
+        text, _ = _read_source(source)
+    except _UnreadableText as exc:
+        return [LoadedDocument(index=0, errors=[exc.error])]
     results: list[LoadedDocument] = []
     index = 0
     stream = yaml.load_all(text, Loader=_StrictLoader)  # a SafeLoader subclass

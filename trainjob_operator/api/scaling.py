@@ -102,6 +102,14 @@ class ScalingConfig(ApiModel):
 
     @model_validator(mode="after")
     def _check(self) -> ScalingConfig:
+        cpu = self.resources_per_worker.get("cpu")
+        if cpu is not None and parse_quantity(cpu) < 0.001:
+            raise api_error(
+                f"cpu must be at least 1m (0.001 CPU), got {cpu!r}: each worker is a Ray actor "
+                "that reserves its CPUs",
+                hint="omit cpu for 1 CPU per worker, or give a positive quantity such as '500m'",
+                field='resourcesPerWorker["cpu"]',
+            )
         if self.tpu is None:
             return self
         if self.use_gpu:

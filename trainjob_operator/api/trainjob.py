@@ -21,6 +21,7 @@ MAX_NAME_LENGTH = 40
 
 _NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 _NAME_RE = re.compile(_NAME_PATTERN)
+_NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 class ObjectMeta(BaseModel):
@@ -58,6 +59,18 @@ class ObjectMeta(BaseModel):
                 f"name {self.name!r} must consist of lowercase letters, digits and '-', start "
                 "with a letter and end with a letter or digit",
                 field="name",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _check_namespace(self) -> ObjectMeta:
+        namespace = self.namespace
+        if namespace is not None and (len(namespace) > 63 or not _NAMESPACE_RE.match(namespace)):
+            raise api_error(
+                f"namespace {namespace!r} is not a valid namespace name",
+                hint="at most 63 lowercase letters, digits and '-', starting and ending with a "
+                "letter or digit",
+                field="namespace",
             )
         return self
 
