@@ -114,14 +114,14 @@ class BaseController:
     def run(self) -> Result:
         """Run attempts until one succeeds or FailureConfig is exhausted."""
         owner = self._owns_run_folder()
-        if owner:
-            # Before any worker starts: from now on only this driver (and its workers)
-            # write to the run folder; an earlier driver's workers stop at their next check.
-            self.epoch = take_over(self.storage, self.run_path)
-            self.manager.fence = FenceCheck(
-                self.storage, self.run_path, self.epoch, check_interval_s=0
-            )
         try:
+            if owner:
+                # Before any worker starts: from now on only this driver (and its workers)
+                # write to the run folder; an earlier driver's workers stop at their next check.
+                self.epoch = take_over(self.storage, self.run_path)
+                self.manager.fence = FenceCheck(
+                    self.storage, self.run_path, self.epoch, check_interval_s=0
+                )
             self.manager.restore(delete_uncommitted=owner)
         except (OSError, StorageError) as exc:
             raise TrainingFailedError(

@@ -18,9 +18,20 @@ def _array_kind(value: Any) -> str | None:
     return None
 
 
-def _clean(value: Any, where: str) -> Any:
+MAX_METRICS_DEPTH = 32
+"""Deepest nesting of lists and dicts accepted in ``report()`` metrics; deeper ones are a
+:class:`ReportError` at the call (they would exhaust the stack when stored)."""
+
+
+def _clean(value: Any, where: str, depth: int = 1) -> Any:
     if value is None or isinstance(value, bool | int | str):
         return value
+    if depth > MAX_METRICS_DEPTH and isinstance(value, list | tuple | Mapping):
+        raise ReportError(
+            f"report(): {where[:200]}{'...' if len(where) > 200 else ''} is nested deeper than "
+            f"{MAX_METRICS_DEPTH} levels; report flat metrics (numbers, strings, or shallow "
+            "lists/dicts of them)"
+        )
     if isinstance(value, float):
         return value
     kind = _array_kind(value)
@@ -36,13 +47,13 @@ def _clean(value: Any, where: str) -> Any:
     if hasattr(value, "item") and type(value).__module__.startswith("numpy"):
         return value.item()
     if isinstance(value, list | tuple):
-        return [_clean(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return [_clean(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
     if isinstance(value, Mapping):
         out = {}
         for k, v in value.items():
             if not isinstance(k, str):
                 raise ReportError(f"report(): {where} has a non-string key {k!r}")
-            out[k] = _clean(v, f"{where}[{k!r}]")
+            out[k] = _clean(v, f"{where}[{k!r}]", depth + 1)
         return out
     raise ReportError(
         f"report(): {where} has type {type(value).__name__}, which is not JSON-serialisable; "

@@ -38,6 +38,84 @@ from trainjob_operator.launcher.trainer import plan_run as _plan_run
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 
+LOCAL_WORKERS_PER_CPU = 4
+"""Most Ray worker processes ``trainjob run`` starts per CPU of this machine."""
+LOCAL_WORKER_MEMORY = 512 * 2**20
+"""Memory a local Ray worker process is assumed to need (a Python process with torch)."""
+LOCAL_LOGICAL_CPUS_PER_CPU = 16
+"""Most logical Ray CPUs the local Ray may advertise per CPU of this machine (Ray starts
+worker processes in proportion to its CPU count)."""
+
+
+def _machine_memory() -> int | None:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, OSError, ValueError):  # pragma: no cover - not on Linux
+        return None
+
+
+def local_capacity_problem(plan: RunPlan) -> str | None:
+    """Why this machine cannot run ``plan``'s workers on a local Ray, or None when it can.
+
+    Only for a Ray that ``trainjob run`` starts itself (not with ``RAY_ADDRESS``): workers are
+    processes here, so their number is capped by this machine's CPUs and memory, and so are
+    the logical CPUs they reserve. The message is ``field: message (hint: ...)``.
+    """
+    if plan.num_workers == 0 or os.environ.get("RAY_ADDRESS"):
+        return None
+    cpus = os.cpu_count() or 1
+    memory = _machine_memory()
+    limit = LOCAL_WORKERS_PER_CPU * cpus
+    machine = f"{cpus} CPU(s)"
+    if memory is not None:
+        limit = max(1, min(limit, memory // LOCAL_WORKER_MEMORY))
+        machine += f", {memory / 2**30:.1f} GiB of memory"
+    hint = (
+        f"pass --num-workers N with N <= {limit} to try it here (0 runs in this process), or "
+        "run it on a cluster (kubectl apply)"
+    )
+    if plan.num_workers > limit:
+        return (
+            f"spec.scaling.numWorkers: {plan.num_workers} Ray workers do not fit on this machine "
+            f"({machine}: at most {limit} worker processes) (hint: {hint})"
+        )
+    logical = plan.num_workers * plan.worker_cpus
+    if logical > LOCAL_LOGICAL_CPUS_PER_CPU * cpus:
+        return (
+            f'spec.scaling.resourcesPerWorker["cpu"]: {plan.num_workers} worker(s) x '
+            f"{plan.worker_cpus:g} CPU = {logical:g} CPUs, more than this machine can emulate "
+            f"({machine}: at most {LOCAL_LOGICAL_CPUS_PER_CPU * cpus}) (hint: lower cpu or "
+            "--num-workers for a local run; the manifest's values apply on a cluster)"
+        )
+    return None
+
+
+def env_from_problems(job: Any) -> tuple[list[str], list[str]]:
+    """``(notes, problems)`` of ``spec.env`` entries with ``valueFrom`` for a local run.
+
+    Kubernetes resolves ``valueFrom`` (secretKeyRef, configMapKeyRef, fieldRef...) in a
+    cluster; here a variable of that name set in this shell is used instead (the local Ray
+    workers inherit this environment), and one that is not set is a problem naming the fix.
+    """
+    notes: list[str] = []
+    problems: list[str] = []
+    for index, var in enumerate(job.spec.env):
+        if var.value_from is None:
+            continue
+        source = ", ".join(sorted(var.value_from)) or "valueFrom"
+        if var.name in os.environ:
+            notes.append(
+                f"spec.env[{index}] ({var.name}) comes from {source} in a cluster; using "
+                f"${var.name} from this shell"
+            )
+        else:
+            problems.append(
+                f"spec.env[{index}].valueFrom: {var.name} comes from {source}, which only "
+                f"Kubernetes resolves (hint: export {var.name}=... before trainjob run, or give "
+                "it a literal value: for a local run)"
+            )
+    return notes, problems
+
 
 def _load(manifest: str) -> Any:
     try:
@@ -181,6 +259,14 @@ def run_command(args: argparse.Namespace) -> int:
     except (EntrypointError, ValueError) as exc:
         print(f"{args.manifest}: {exc}", file=sys.stderr)
         return EXIT_INVALID
+    capacity = local_capacity_problem(plan)
+    notes, problems = env_from_problems(job)
+    for problem in [capacity, *problems] if capacity else problems:
+        print(f"{args.manifest}: {problem}", file=sys.stderr)
+    if capacity or problems:
+        return EXIT_INVALID
+    for note in notes:
+        print(f"{args.manifest}: {note}", file=sys.stderr)
     verbose = bool(getattr(args, "verbose", False))
     out = sys.stdout
     score_attribute = job.spec.checkpoint.score_attribute
@@ -229,7 +315,7 @@ def _run(
         f"{plan.storage_path}"
     )
     display.start()
-    from trainer_runtime.errors import TrainingFailedError
+    from trainer_runtime.errors import TrainerRuntimeError
 
     sink: WorkerLogSink | None = None
     error: BaseException | None = None
@@ -237,7 +323,7 @@ def _run(
         if plan.num_workers > 0:
             sink = _start_ray(plan, display, verbose)
         trainer.fit()
-    except TrainingFailedError as exc:
+    except TrainerRuntimeError as exc:  # TrainingFailedError, and any error the runtime names
         error = exc
     except KeyboardInterrupt:
         error = KeyboardInterrupt("interrupted")
