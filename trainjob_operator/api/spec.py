@@ -14,6 +14,7 @@ from trainjob_operator.api.fields import (
     ApiModel,
     Entrypoint,
     FreeForm,
+    ImageReference,
     ResourceMap,
     api_error,
 )
@@ -161,6 +162,14 @@ def _check_storage_path(value: str) -> str:
             raise api_error(
                 f"{bucket!r} is not a valid GCS bucket name",
                 hint="bucket names are 3-222 lowercase letters, digits, '-', '_' and '.'",
+            )
+        prefix = value.removeprefix("gs://").partition("/")[2].rstrip("/")
+        if prefix and any(part in ("", ".", "..") for part in prefix.split("/")):
+            clean = "/".join(p for p in prefix.split("/") if p not in ("", ".", ".."))
+            raise api_error(
+                f"{value!r} has an empty, '.' or '..' folder: GCS object names would contain "
+                "it literally",
+                hint=f"write gs://{bucket}/{clean}" if clean else f"write gs://{bucket}",
             )
         return value
     if "://" in value:
@@ -376,7 +385,7 @@ class RayConfig(ApiModel):
 class TrainJobSpec(ApiModel):
     """The desired state of a TrainJob."""
 
-    image: str = Field(default=DEFAULT_IMAGE, description="Container image of all pods.")
+    image: ImageReference = Field(default=DEFAULT_IMAGE, description="Container image of all pods.")
     entrypoint: Entrypoint = Field(
         description="The train function, 'package.module:function'; it receives spec.config."
     )
