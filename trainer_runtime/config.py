@@ -28,8 +28,9 @@ class ScalingConfig:
 
     TPUs (``use_tpu=True``), as in Ray Train: one worker on a single TPU host needs nothing
     more (it asks for ``{"TPU": 1}``, or the ``TPU`` entry of ``resources_per_worker``; an
-    ``accelerator_type`` without a ``topology`` adds Ray's ``{"accelerator_type:TPU-V6E":
-    0.001}``, so the worker lands on a host of that generation). More workers
+    ``accelerator_type`` without a ``topology`` is only checked for validity: Ray Train 2.60
+    asks for no ``accelerator_type:`` resource there either, checked side by side on a fake
+    TPU node in ``tests/runtime/test_tpu_single_host.py``). More workers
     need ``accelerator_type`` (``v6e``, ``v5e``, ``v5p``, ``v4``, or Ray's ``TPU-V6E``,
     ``TPU-V5LITEPOD``...) and ``topology`` (``4x4``...). There is one worker per TPU host:
     ``num_workers`` must be a multiple of the hosts per slice, and the number of slices is
@@ -212,11 +213,6 @@ class ScalingConfig:
             }
             if self.resources_per_worker is None:
                 resources.pop("CPU", None)
-            if self.accelerator_type:  # as Ray: lands on a host of that generation
-                from trainer_runtime.tpu import get_generation
-
-                gen = get_generation(self.accelerator_type)
-                resources.setdefault(f"accelerator_type:{gen.ray_accelerator_type}", 0.001)
         return resources
 
 

@@ -17,21 +17,41 @@ from typing import Any
 
 import pytest
 
-from tests.compat.workloads import read_step, steps_train, validate, validation_without_config
+from tests.compat.workloads import (
+    collective_train,
+    jax_train,
+    read_step,
+    recording_callback,
+    reported_train,
+    steps_train,
+    upload_fn_train,
+    validate,
+    validation_without_config,
+)
 
 os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
 APIS = ["ray.train", "trainer_runtime"]
 pytestmark = pytest.mark.ray
 
 
-def _modules(name: str) -> tuple[ModuleType, Any]:
-    """The API module and its TorchTrainer."""
+def _modules(name: str, trainer: str = "torch") -> tuple[ModuleType, Any]:
+    """The API module and its TorchTrainer (or JaxTrainer)."""
     if name == "ray.train":
         import ray.train  # needs pandas, pyarrow, tensorboardX: the test extra installs them
+
+        if trainer == "jax":
+            from ray.train.v2.jax import JaxTrainer
+
+            return ray.train, JaxTrainer
         from ray.train.torch import TorchTrainer
 
         return ray.train, TorchTrainer
     import trainer_runtime
+
+    if trainer == "jax":
+        from trainer_runtime.jax import JaxTrainer as OurJaxTrainer
+
+        return trainer_runtime, OurJaxTrainer
     from trainer_runtime.torch import TorchTrainer as OurTorchTrainer
 
     return trainer_runtime, OurTorchTrainer
@@ -44,9 +64,10 @@ def _fit(
     config: dict[str, Any],
     *,
     workers: int = 2,
+    trainer: str = "torch",
     **run: Any,
 ) -> Any:
-    train, trainer_cls = _modules(name)
+    train, trainer_cls = _modules(name, trainer)
     run = _resolve(name, run)
     extra = {k: run.pop(k) for k in list(run) if k == "validation_config"}
     run_config = train.RunConfig(name="run", storage_path=str(tmp_path / name), **run)
@@ -241,3 +262,131 @@ def test_local_mode_runs_the_same_function_in_this_process(
     results = _both(tmp_path, steps_train, {"steps": 3, "losses": [3.0, 2.0, 1.0]}, workers=0)
     assert results["trainer_runtime"].metrics == results["ray.train"].metrics
     assert read_step(results["trainer_runtime"].checkpoint) == 2
+
+
+def _logged(tmp_path: Path, name: str) -> list[Any]:
+    path = tmp_path / f"{name}.log"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.mark.parametrize(
+    ("mode", "upload_fn", "delete"),
+    [
+        ("SYNC", True, None),
+        ("ASYNC", True, None),
+        ("SYNC", True, True),
+        ("ASYNC", True, False),
+        ("SYNC", False, True),
+        ("ASYNC", False, None),
+    ],
+)
+def test_checkpoint_upload_fn_and_delete_after_upload(
+    tmp_path: Path, ray_cluster: Any, mode: str, upload_fn: bool, delete: bool | None
+) -> None:
+    """Who stores the checkpoint (a checkpoint_upload_fn or the runtime), what
+    get_checkpoint() returns after each report, and which reported folders are deleted."""
+    kept = {}
+    for name in APIS:
+        config = {"steps": 3, "mode": mode, "upload_fn": upload_fn, "delete": delete}
+        result = _fit(
+            name,
+            tmp_path,
+            upload_fn_train,
+            {**config, "log": str(tmp_path / f"{name}.log")},
+            checkpoint_config=("CheckpointConfig", (), {"num_to_keep": 2}),
+        )
+        kept[name] = _kept(result)
+    [ours], [rays] = _logged(tmp_path, "trainer_runtime"), _logged(tmp_path, "ray.train")
+    assert ours["sources_left"] == rays["sources_left"]
+    assert kept["trainer_runtime"] == kept["ray.train"]
+    if mode == "SYNC":
+        assert ours["seen"] == rays["seen"] == [0, 1, 2]
+    else:  # stored in the background: how far the uploads got depends on timing, in both
+        for seen in (ours["seen"], rays["seen"]):
+            assert all(s is None or s <= step for step, s in enumerate(seen)), seen
+
+
+def test_an_upload_fn_returning_another_folder_is_the_same_value_error(
+    tmp_path: Path, ray_cluster: Any
+) -> None:
+    for name in APIS:
+        train, _ = _modules(name)
+        with pytest.raises(train.WorkerGroupError) as info:
+            _fit(
+                name,
+                tmp_path,
+                upload_fn_train,
+                {"steps": 1, "upload_fn": True, "bad_upload": True, "log": str(tmp_path / "x")},
+                workers=1,
+            )
+        failure = info.value.worker_failures[0]
+        assert isinstance(failure, ValueError), (name, failure)
+        assert "returned a checkpoint outside the experiment directory" in str(failure)
+
+
+@pytest.mark.parametrize("validation", [False, True])
+def test_get_all_reported_checkpoints_lists_the_same_checkpoints(
+    tmp_path: Path, ray_cluster: Any, validation: bool
+) -> None:
+    for name in APIS:
+        run: dict[str, Any] = {
+            "checkpoint_config": (
+                "CheckpointConfig",
+                (),
+                {
+                    "num_to_keep": 2,
+                    "checkpoint_score_attribute": "loss",
+                    "checkpoint_score_order": "min",
+                },
+            )
+        }
+        if validation:
+            run["validation_config"] = ("ValidationConfig", (validate,), {})
+        _fit(
+            name,
+            tmp_path,
+            reported_train,
+            {
+                "losses": [0.5, 0.2, 0.1, 0.9],
+                "validation": validation,
+                "log": str(tmp_path / f"{name}.log"),
+            },
+            **run,
+        )
+    ours, rays = _logged(tmp_path, "trainer_runtime"), _logged(tmp_path, "ray.train")
+    assert ours == rays
+    assert [step for step, _, _ in rays[0]] == [3, 1, 2]  # kept, worst first, latest kept
+
+
+def test_collectives_give_every_rank_the_same_data(tmp_path: Path, ray_cluster: Any) -> None:
+    for name in APIS:
+        _fit(name, tmp_path, collective_train, {"log": str(tmp_path / f"{name}.log")})
+    ours = sorted(_logged(tmp_path, "trainer_runtime"), key=lambda x: x["rank"])
+    rays = sorted(_logged(tmp_path, "ray.train"), key=lambda x: x["rank"])
+    assert ours == rays
+    assert [x["got"]["from"] for x in rays] == [0, 0] and [x["again"] for x in rays] == [0, 0]
+
+
+def test_user_callbacks_see_the_same_reports_and_exceptions(
+    tmp_path: Path, ray_cluster: Any
+) -> None:
+    for name in APIS:
+        marker = tmp_path / f"{name}.failed"
+        _fit(
+            name,
+            tmp_path,
+            steps_train,
+            {"steps": 3, "fail_at": 1, "fail_marker": str(marker)},
+            failure_config=("FailureConfig", (), {"max_failures": 1}),
+            callbacks=[recording_callback(name, str(tmp_path / f"{name}.log"))],
+        )
+    ours, rays = _logged(tmp_path, "trainer_runtime"), _logged(tmp_path, "ray.train")
+    assert ours == rays
+    assert ["after_exception", {"0": "RuntimeError"}] in rays
+
+
+def test_jax_trainer_on_cpu_gives_the_same_result(tmp_path: Path, ray_cluster: Any) -> None:
+    results = _both(tmp_path, jax_train, {}, trainer="jax")
+    ray_result, ours = results["ray.train"], results["trainer_runtime"]
+    assert ours.metrics == ray_result.metrics == {"step": 1, "value": 12.0}
+    assert _kept(ours) == _kept(ray_result)

@@ -104,3 +104,131 @@ def validation_without_config(config: dict[str, Any]) -> None:
     train = api(config)
     folder = _save(0, 0, False)
     train.report({"step": 0}, checkpoint=train.Checkpoint.from_directory(folder), validation=True)
+
+
+def _step_log(config: dict[str, Any], record: Any) -> None:
+    with open(config["log"], "a") as fh:
+        fh.write(json.dumps(record) + "\n")
+
+
+def upload_fn_train(config: dict[str, Any]) -> None:
+    """Rank 0 reports ``steps`` checkpoints stored by a ``checkpoint_upload_fn`` (or by the
+    runtime without ``upload_fn``); logs what ``get_checkpoint()`` returned after each report
+    and which reported folders were left on disk."""
+    train = api(config)
+    rank = train.get_context().get_world_rank()
+    mode = getattr(train.CheckpointUploadMode, config.get("mode", "SYNC"))
+
+    def upload(checkpoint: Any, checkpoint_dir_name: str) -> Any:
+        import pyarrow.fs
+
+        storage = train.get_context().get_storage()
+        dest = storage.build_checkpoint_path_from_name(checkpoint_dir_name)
+        if config.get("bad_upload"):
+            return checkpoint  # left where it was: outside the run folder
+        storage.storage_filesystem.create_dir(dest)  # as Ray's own upload does
+        pyarrow.fs.copy_files(
+            checkpoint.path, dest, destination_filesystem=storage.storage_filesystem
+        )
+        return train.Checkpoint(dest)
+
+    seen, sources = [], []
+    for step in range(int(config["steps"])):
+        checkpoint = None
+        if rank == 0:
+            checkpoint = train.Checkpoint.from_directory(_save(step, rank, False))
+            sources.append(checkpoint.path)
+        kwargs: dict[str, Any] = {}
+        if config.get("delete") is not None:
+            kwargs["delete_local_checkpoint_after_upload"] = config["delete"]
+        train.report(
+            {"step": step},
+            checkpoint=checkpoint,
+            checkpoint_upload_mode=mode,
+            checkpoint_upload_fn=upload if config.get("upload_fn") else None,
+            **kwargs,
+        )
+        seen.append(read_step(train.get_checkpoint()) if rank == 0 else None)
+    train.get_all_reported_checkpoints(train.CheckpointConsistencyMode.COMMITTED)
+    if rank == 0:
+        _step_log(config, {"seen": seen, "sources_left": [os.path.exists(p) for p in sources]})
+
+
+def reported_train(config: dict[str, Any]) -> None:
+    """Report ``losses`` (rank 0 with a checkpoint, optionally validated); then rank 0 logs
+    ``get_all_reported_checkpoints()``: step, metrics and status of each, in order."""
+    train = api(config)
+    rank = train.get_context().get_world_rank()
+    for step, loss in enumerate(config["losses"]):
+        checkpoint = None
+        kwargs: dict[str, Any] = {}
+        if rank == 0:
+            checkpoint = train.Checkpoint.from_directory(_save(step, rank, False))
+            if config.get("validation"):
+                kwargs["validation"] = True
+        train.report({"step": step, "loss": loss}, checkpoint=checkpoint, **kwargs)
+    mode = getattr(train.CheckpointConsistencyMode, config.get("consistency", "VALIDATED"))
+    reported = train.get_all_reported_checkpoints(consistency_mode=mode)
+    if rank == 0:
+        _step_log(
+            config,
+            [
+                [read_step(r.checkpoint), dict(sorted(r.metrics.items())), r.status.value]
+                for r in reported
+            ],
+        )
+
+
+def collective_train(config: dict[str, Any]) -> None:
+    """Every rank logs what ``broadcast_from_rank_zero`` gave it, around a ``barrier()``."""
+    if config["api"] == "ray.train":
+        from ray.train import collective
+    else:
+        from trainer_runtime import collective  # type: ignore[no-redef]
+    train = api(config)
+    rank = train.get_context().get_world_rank()
+    got = collective.broadcast_from_rank_zero({"lr": 0.1, "from": rank})
+    collective.barrier()
+    again = collective.broadcast_from_rank_zero(rank * 10)
+    _step_log(config, {"rank": rank, "got": got, "again": again})
+    train.report({"rank": rank, "got": got["from"]})
+
+
+class _Recording:
+    """The body of a ``UserCallback`` that appends what it sees to a file (the callback runs
+    in Ray Train's controller actor, so it cannot keep it in memory for the test)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def _write(self, record: Any) -> None:
+        with open(self.path, "a") as fh:
+            fh.write(json.dumps(record) + "\n")
+
+    def after_report(self, run_context: Any, metrics: Any, checkpoint: Any) -> None:
+        self._write(["after_report", metrics, read_step(checkpoint)])
+
+    def after_exception(self, run_context: Any, worker_exceptions: Any) -> None:
+        self._write(
+            ["after_exception", {str(k): type(v).__name__ for k, v in worker_exceptions.items()}]
+        )
+
+
+def recording_callback(name: str, path: str) -> Any:
+    """A ``UserCallback`` of API ``name`` that records its hooks in ``path``."""
+    base = api({"api": name}).UserCallback
+    return type("RecordingCallback", (_Recording, base), {})(path)
+
+
+def jax_train(config: dict[str, Any]) -> None:
+    """A JAX computation per rank; rank 0 reports its result with a checkpoint."""
+    import jax.numpy as jnp
+
+    train = api(config)
+    rank = train.get_context().get_world_rank()
+    for step in range(2):
+        value = float(jnp.arange(4.0).sum() * (step + 1))
+        checkpoint = None
+        if rank == 0:
+            checkpoint = train.Checkpoint.from_directory(_save(step, rank, False))
+        train.report({"step": step, "value": value}, checkpoint=checkpoint)

@@ -126,3 +126,24 @@ def upload_fn_train(config: dict[str, Any]) -> None:
                 "sources_left": [Path(p).exists() for p in sources],
             },
         )
+
+
+def placement_probe(config: dict[str, Any]) -> None:
+    """Write where this worker runs, the Ray resources it holds and its TPU/JAX environment
+    (no trainer API used, so Ray Train's trainers can run it too)."""
+    import os
+
+    import ray
+
+    ctx = ray.get_runtime_context()
+    record = {
+        "node_id": ctx.get_node_id(),
+        "resources": ctx.get_assigned_resources(),
+        "env": {
+            k: v
+            for k, v in os.environ.items()
+            if k.startswith(("TPU_", "JAX_PLATFORMS", "MEGASCALE_"))
+            or k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+        },
+    }
+    Path(config["out"]).write_text(json.dumps(record))

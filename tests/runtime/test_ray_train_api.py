@@ -295,3 +295,62 @@ def test_unknown_consistency_mode_is_a_value_error(tmp_path: Path) -> None:
     with pytest.raises(TrainingFailedError) as info:
         _fit(0, fn, {}, tmp_path)
     assert isinstance(info.value.worker_failures[0], ValueError)  # type: ignore[attr-defined]
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("how", ["uri", "filesystem"])
+def test_two_ray_workers_shard_checkpoints_on_s3_and_resume(
+    ray_cluster: Any, s3_server: Any, tmp_path: Path, how: str
+) -> None:
+    """Two Ray workers store shards of each checkpoint on moto's S3 (``s3://`` with the AWS
+    settings through ``worker_runtime_env``, or a pickled ``S3FileSystem`` as
+    ``storage_filesystem``); validation reads the committed checkpoint back from S3; after
+    a failure the group resumes from the latest commit."""
+    from tests.runtime.workloads import counting_train, read_log
+
+    bucket = s3_server.new_bucket()
+    if how == "uri":
+        where: dict[str, Any] = {
+            "storage_path": f"s3://{bucket}/runs",
+            "worker_runtime_env": {"env_vars": s3_server.env},
+        }
+    else:
+        where = {"storage_path": f"{bucket}/runs", "storage_filesystem": s3_server.filesystem()}
+    log = str(tmp_path / "log")
+    result = DataParallelTrainer(
+        counting_train,
+        train_loop_config={
+            "steps": 4,
+            "log": log,
+            "mode": "async",
+            "fail": {"rank": 1, "step": 2},
+        },
+        scaling_config=ScalingConfig(num_workers=2),
+        validation_config=ValidationConfig(  # every checkpoint, read back from S3
+            validate_fn=_s3_validate,
+            ray_remote_kwargs={"runtime_env": {"env_vars": s3_server.env}},
+        ),
+        run_config=RunConfig(
+            name="sharded",
+            checkpoint_config=CheckpointConfig(num_to_keep=2),
+            failure_config=FailureConfig(max_failures=1, restart_backoff_s=0),
+            **where,
+        ),
+    ).fit()
+    starts = sorted(
+        (e["attempt"], e["rank"], e["start"]) for e in read_log(log) if e["event"] == "start"
+    )
+    assert starts == [(0, 0, 0), (0, 1, 0), (1, 0, 2), (1, 1, 2)]  # resumed after step 1
+    assert result.metrics is not None and result.metrics["step"] == 3
+    kept = [c for c, _ in result.best_checkpoints]
+    assert [result.checkpoint_status(c) for c in kept] == ["validated", "validated"]
+    assert [m["shards"] for _, m in result.best_checkpoints] == [2, 2]
+    again = Result.from_path(result.path, storage_filesystem=where.get("storage_filesystem"))
+    assert [c.path for c, _ in again.best_checkpoints] == [
+        c.path for c, _ in result.best_checkpoints
+    ]
+
+
+def _s3_validate(checkpoint: tr.Checkpoint, config: dict[str, Any]) -> dict[str, Any]:
+    with checkpoint.as_directory() as folder:
+        return {"shards": len(list(Path(folder).glob("rank_*.json")))}

@@ -576,6 +576,6 @@ def test_one_worker_on_a_single_tpu_host_needs_no_topology() -> None:
     assert single.tpu_shape is None and single.num_slices == 1
     assert single.worker_resources() == {"TPU": 1.0}
     typed = ScalingConfig(num_workers=1, use_tpu=True, accelerator_type="TPU-V6E")
-    assert typed.worker_resources() == {"TPU": 1.0, "accelerator_type:TPU-V6E": 0.001}  # as Ray
+    assert typed.worker_resources() == {"TPU": 1.0}  # as Ray Train: no accelerator_type resource
     custom = ScalingConfig(num_workers=1, use_tpu=True, resources_per_worker={"TPU": 4, "CPU": 2})
     assert custom.worker_resources() == {"CPU": 2, "TPU": 4.0}
