@@ -472,8 +472,11 @@ class EnvTest:
         cfg.host = self.host
         cfg.ssl_ca_cert = str(self.ca_file)
         cfg.verify_ssl = True
-        cfg.api_key = {"authorization": token or self.token}
-        cfg.api_key_prefix = {"authorization": "Bearer"}
+        # kubernetes>=36 reads the key "BearerToken" (the prefix too: with only "authorization"
+        # set, 36.0.3 sends the token without "Bearer" and the request is anonymous); older
+        # clients read "authorization".
+        cfg.api_key = {"BearerToken": token or self.token, "authorization": token or self.token}
+        cfg.api_key_prefix = {"BearerToken": "Bearer", "authorization": "Bearer"}
         return cfg
 
     # -- raw requests and CRDs ------------------------------------------------------------------
