@@ -206,7 +206,11 @@ def test_lost_worker_is_recreated_and_driver_failure_restarts_the_cluster(
     kube: KubeClient, operator: RunningOperator
 ) -> None:
     ns = operator.namespace
-    make_job(kube, ns, failure={"maxFailures": 1, "maxRestarts": 1})
+    make_job(
+        kube,
+        ns,
+        failure={"maxFailures": 1, "maxRestarts": 1, "restartBackoff": {"initialSeconds": 0}},
+    )
     wait_for("4 pods", lambda: len(pods(kube, ns)) == 4)
     make_all_ready(kube, ns)
     wait_for("Running", lambda: job_status(kube, ns).get("phase") == "Running")
