@@ -36,6 +36,8 @@ RESOURCES: dict[str, tuple[str, str, str]] = {
     "ConfigMap": ("", "v1", "configmaps"),
     "ServiceAccount": ("", "v1", "serviceaccounts"),
     "Event": ("", "v1", "events"),
+    "Secret": ("", "v1", "secrets"),
+    "NetworkPolicy": ("networking.k8s.io", "v1", "networkpolicies"),
     "Role": ("rbac.authorization.k8s.io", "v1", "roles"),
     "RoleBinding": ("rbac.authorization.k8s.io", "v1", "rolebindings"),
     KIND: (GROUP, VERSION, PLURAL),

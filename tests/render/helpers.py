@@ -52,6 +52,14 @@ def container(pod: dict[str, Any]) -> dict[str, Any]:
     return main
 
 
+def ray_auth_env(job: str) -> dict[str, Any]:
+    """The Ray token authentication env of every container of ``job`` (as :func:`env` shows it)."""
+    return {
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": {"secretKeyRef": {"name": f"{job}-ray-auth", "key": "token"}},
+    }
+
+
 def env(pod: dict[str, Any]) -> dict[str, Any]:
     """Env of the pod's container as ``{name: value or valueFrom}`` (names are unique)."""
     items = container(pod)["env"]

@@ -35,6 +35,7 @@ CONTAINER_SECURITY = {
     "allowPrivilegeEscalation": False,
     "capabilities": {"drop": ["ALL"]},
     "seccompProfile": {"type": "RuntimeDefault"},
+    "readOnlyRootFilesystem": True,
 }
 
 
@@ -78,6 +79,8 @@ def test_cpu_quickstart_children() -> None:
         ("ServiceAccount", "quickstart-driver"),
         ("Role", "quickstart-driver"),
         ("RoleBinding", "quickstart-driver"),
+        ("Secret", "quickstart-ray-auth"),
+        ("NetworkPolicy", "quickstart-ray"),
         ("Service", "quickstart-headless"),
         ("Pod", "quickstart-head"),
         ("Pod", "quickstart-w0"),
@@ -89,6 +92,8 @@ def test_cpu_quickstart_children() -> None:
         "driver",
         "driver",
         "driver",
+        "head",
+        "head",
         "head",
         "head",
         "worker",
@@ -182,8 +187,14 @@ def test_every_pod_is_secure_and_common(case: str) -> None:
         assert spec["enableServiceLinks"] is False
         assert spec["hostname"] == pod["metadata"]["name"]
         assert spec["subdomain"] == f"{job.metadata.name}-headless"
-        assert spec["volumes"][0] == {"name": "dshm", "emptyDir": {"medium": "Memory"}}
-        assert main["volumeMounts"][0] == {"name": "dshm", "mountPath": "/dev/shm"}
+        assert spec["volumes"][:2] == [
+            {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+            {"name": "tmp", "emptyDir": {}},
+        ]
+        assert main["volumeMounts"][:2] == [
+            {"name": "dshm", "mountPath": "/dev/shm"},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ]
         assert main["image"] == job.spec.image
         assert main["imagePullPolicy"] == "IfNotPresent"
         for var in job.spec.env:
@@ -244,7 +255,7 @@ def test_rendering_does_not_mutate_the_job() -> None:
     job = example("tpu-v6e-4x4.yaml")
     before = copy.deepcopy(job.model_dump())
     children = _render(job)
-    children[5]["spec"]["nodeSelector"]["x"] = "y"
+    children[7]["spec"]["nodeSelector"]["x"] = "y"
     assert job.model_dump() == before
     assert _render(job) != children
 
@@ -303,7 +314,7 @@ def test_validation_pool_size_does_not_touch_existing_pods() -> None:
 
 
 def test_spec_hash_ignores_only_its_own_annotation() -> None:
-    [_, _, _, svc, *_] = _render(_spec())
+    [_, _, _, _, _, svc, *_] = _render(_spec())
     value = spec_hash(svc)
     assert len(value) == 16
     svc["metadata"]["annotations"][SPEC_HASH_ANNOTATION] = "other"
@@ -328,7 +339,7 @@ def test_longest_name_with_the_largest_slices_fits() -> None:
     assert f"{name}-s1-h63" in names
     assert f"{name}-val-11" in names
     assert max(len(n) for n in names) <= 63
-    assert len(children) == 3 + 1 + 1 + 128 + 12 + 1
+    assert len(children) == 3 + 2 + 1 + 1 + 128 + 12 + 1
 
 
 def _renamed(job: TrainJob, name: str) -> TrainJob:

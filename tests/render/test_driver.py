@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.render.helpers import UID, container, env, example, labels, make_job
+from tests.render.helpers import UID, container, env, example, labels, make_job, ray_auth_env
 from trainjob_operator.api import parse_trainjob
 from trainjob_operator.render import (
     DRIVER_MANIFEST_ENV,
@@ -52,6 +52,7 @@ def test_driver_env() -> None:
         "TRAINJOB_NAMESPACE": "ns",
         "TRAINJOB_ATTEMPT": "1",
         "PYTHONUNBUFFERED": "1",
+        **ray_auth_env("dj"),
         "WANDB_MODE": "offline",
     }
     assert manifest == driver_manifest_json(job, uid=UID)

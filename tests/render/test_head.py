@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.render.helpers import UID, container, env, example, labels, make_job
+from tests.render.helpers import UID, container, env, example, labels, make_job, ray_auth_env
 from trainjob_operator.render import RenderOptions, render_head_pod
 
 
@@ -16,7 +16,7 @@ def test_head_command_ports_and_probe() -> None:
         "--head",
         "--block",
         "--port=6379",
-        "--dashboard-host=0.0.0.0",
+        "--dashboard-host=127.0.0.1",
         "--dashboard-port=8265",
         "--ray-client-server-port=10001",
         "--metrics-export-port=8080",
@@ -26,7 +26,6 @@ def test_head_command_ports_and_probe() -> None:
     ]
     assert main["ports"] == [
         {"name": "gcs", "containerPort": 6379, "protocol": "TCP"},
-        {"name": "dashboard", "containerPort": 8265, "protocol": "TCP"},
         {"name": "client", "containerPort": 10001, "protocol": "TCP"},
         {"name": "metrics", "containerPort": 8080, "protocol": "TCP"},
     ]
@@ -76,6 +75,7 @@ def test_head_env_and_spec_env() -> None:
         "TRAINJOB_NAME": "job",
         "TRAINJOB_NAMESPACE": "ns",
         "TRAINJOB_ATTEMPT": "2",
+        **ray_auth_env("job"),
         "HF_HOME": "/cache",
     }
 

@@ -67,10 +67,12 @@ def test_every_key_is_merged_into_every_pod() -> None:
         assert spec["tolerations"] == TEMPLATE["tolerations"]
         assert spec["volumes"] == [
             {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+            {"name": "tmp", "emptyDir": {}},
             *TEMPLATE["volumes"],
         ]
         assert main["volumeMounts"] == [
             {"name": "dshm", "mountPath": "/dev/shm"},
+            {"name": "tmp", "mountPath": "/tmp"},
             *TEMPLATE["volumeMounts"],
         ]
         assert main["envFrom"] == TEMPLATE["envFrom"]
@@ -89,9 +91,9 @@ def test_every_key_is_merged_into_every_pod() -> None:
 def test_overrides_are_not_shared_between_pods() -> None:
     pods = _pods(make_job(podTemplate=TEMPLATE, scaling={"numWorkers": 2}))
     pods[0]["spec"]["tolerations"].append({"key": "mutated"})
-    pods[0]["spec"]["volumes"][1]["name"] = "mutated"
+    pods[0]["spec"]["volumes"][2]["name"] = "mutated"
     assert pods[1]["spec"]["tolerations"] == TEMPLATE["tolerations"]
-    assert pods[1]["spec"]["volumes"][1]["name"] == "ckpt"
+    assert pods[1]["spec"]["volumes"][2]["name"] == "ckpt"
     assert TEMPLATE["volumes"][0]["name"] == "ckpt"
 
 

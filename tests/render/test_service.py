@@ -39,7 +39,6 @@ def test_headless_service_exact() -> None:
             "selector": {"trainjob.dev/name": "demo"},
             "ports": [
                 {"name": "gcs", "port": 6379, "targetPort": 6379, "protocol": "TCP"},
-                {"name": "dashboard", "port": 8265, "targetPort": 8265, "protocol": "TCP"},
                 {"name": "client", "port": 10001, "targetPort": 10001, "protocol": "TCP"},
                 {"name": "metrics", "port": 8080, "targetPort": 8080, "protocol": "TCP"},
             ],

@@ -12,7 +12,17 @@ from typing import Any
 
 import pytest
 
-from tests.render.helpers import UID, container, env, example, labels, make_job, script, tpu_job
+from tests.render.helpers import (
+    UID,
+    container,
+    env,
+    example,
+    labels,
+    make_job,
+    ray_auth_env,
+    script,
+    tpu_job,
+)
 from trainjob_operator.render import render_worker_pods
 
 TPU_TOLERATION = {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -68,6 +78,7 @@ def test_tpu_v6e_4x4_env_worker_ids_and_hostnames() -> None:
             "TPU_NAME": "tpu-s0",
             "TPU_ACCELERATOR_TYPE": "v6e-16",
             "TPU_TOPOLOGY": "4x4",
+            **ray_auth_env("tpu"),
         }
     assert [env(p)["TPU_WORKER_ID"] for p in pods] == ["0", "1", "2", "3"]
 

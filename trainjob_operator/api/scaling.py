@@ -31,6 +31,13 @@ def _topology_hint(tpu: TpuConfig) -> str:
     return "multi-host slices have 4 chips per host; pick a listed topology"
 
 
+MAX_WORKERS = 5000
+"""Most workers one TrainJob may ask for (the CRD's ``maximum``): one job cannot make the
+operator render, create and watch an unbounded number of pods."""
+MAX_SLICES = 64
+"""Most TPU slices of one TrainJob (64 slices of the largest v6e topology are 4096 hosts)."""
+
+
 class TpuConfig(ApiModel):
     """TPU slices for the workers (GKE). Hosts per slice and chips per host are derived."""
 
@@ -44,7 +51,12 @@ class TpuConfig(ApiModel):
             "16x16; v4/v5p 2x2x1, 2x2x2, 2x2x4, 2x4x4, 4x4x4, 4x4x8, ..."
         )
     )
-    num_slices: int = Field(default=1, ge=1, description="Number of slices (multislice when > 1).")
+    num_slices: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_SLICES,
+        description=f"Number of slices (multislice when > 1; at most {MAX_SLICES}).",
+    )
 
     @model_validator(mode="after")
     def _check_topology(self) -> TpuConfig:
@@ -72,8 +84,10 @@ class ScalingConfig(ApiModel):
     num_workers: int = Field(
         default=1,
         ge=0,
+        le=MAX_WORKERS,
         description=(
-            "Number of workers. 0 runs the train function in the driver process (local mode). "
+            f"Number of workers (at most {MAX_WORKERS}). 0 runs the train function in the "
+            "driver process (local mode). "
             "With tpu set it is one worker per TPU host: omit it (or set 0) to derive "
             "hosts per slice x numSlices; any other value must equal that. Default: 1 without "
             "tpu."

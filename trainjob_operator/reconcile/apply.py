@@ -34,7 +34,16 @@ from trainjob_operator.reconcile.plan import (
 
 logger = logging.getLogger(__name__)
 
-CHILD_KINDS = ("Pod", "Service", "ConfigMap", "ServiceAccount", "Role", "RoleBinding")
+# Not the job's Ray token Secret: the operator may create Secrets but never read them (list
+# would let it read every Secret of the namespace), so each reconcile re-creates it (409).
+CHILD_KINDS = (
+    "Pod",
+    "Service",
+    "ServiceAccount",
+    "Role",
+    "RoleBinding",
+    "NetworkPolicy",
+)
 #: Longest Event message posted (the API server keeps it; kubectl describe shows it).
 EVENT_MESSAGE_LIMIT = 2048
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +17,7 @@ from trainjob_operator.render.driver import (
 from trainjob_operator.render.hashing import child_key
 from trainjob_operator.render.head import head_pod, headless_service
 from trainjob_operator.render.options import RenderOptions
+from trainjob_operator.render.security import network_policy, ray_auth_secret
 from trainjob_operator.render.validation_pool import validation_pods
 from trainjob_operator.render.workers import worker_pods
 
@@ -32,7 +34,8 @@ def render_children(
 ) -> list[dict[str, Any]]:
     """Every child object of ``job`` as plain dicts, in the order to create them.
 
-    ServiceAccount, Role, RoleBinding (``<job>-driver``), the headless Service, the Ray head,
+    ServiceAccount, Role, RoleBinding (``<job>-driver``), the Ray token Secret
+    (``<job>-ray-auth``), the NetworkPolicy (``<job>-ray``), the headless Service, the Ray head,
     the workers, ``validation_replicas`` validation pods, and the driver (last: it needs the
     RBAC objects and waits for the head).
 
@@ -60,14 +63,17 @@ def render_children(
         driver_service_account(ctx),
         driver_role(ctx),
         driver_role_binding(ctx),
+        ray_auth_secret(ctx),
+        network_policy(ctx),
         headless_service(ctx),
         head_pod(ctx),
         *worker_pods(ctx),
         *validation_pods(ctx, validation_replicas),
         driver_pod(ctx),
     ]
-    keys = [child_key(obj) for obj in children]
-    duplicates = sorted({key for key in keys if keys.count(key) > 1})
+    # Linear in the number of children (a count per key would be quadratic).
+    counts = Counter(child_key(obj) for obj in children)
+    duplicates = sorted(key for key, count in counts.items() if count > 1)
     if duplicates:
         raise ValueError(f"rendered children collide: {duplicates}")
     return children

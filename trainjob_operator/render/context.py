@@ -159,7 +159,7 @@ def build_context(
         attempt=attempt,
         namespace=job.metadata.namespace or opts.default_namespace,
         options=opts,
-        overrides=parse_pod_template(job.spec.pod_template),
+        overrides=parse_pod_template(job.spec.pod_template, opts.allowed_volume_types),
     )
 
 

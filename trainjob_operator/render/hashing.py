@@ -6,7 +6,6 @@ The reconciler diffs observed and desired children by :func:`child_key` and recr
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 from collections.abc import Mapping
@@ -24,10 +23,12 @@ def spec_hash(obj: Mapping[str, Any]) -> str:
     Compare the annotation of an observed child with the one of the freshly rendered child;
     never hash an object read back from the API server (server-side defaulting changes it).
     """
-    body = copy.deepcopy(dict(obj))
+    # Copy only the path to the annotation (a deep copy of every pod dominated rendering).
+    body = dict(obj)
     meta = body.get("metadata")
     if isinstance(meta, dict) and isinstance(meta.get("annotations"), dict):
-        meta["annotations"].pop(SPEC_HASH_ANNOTATION, None)
+        annotations = {k: v for k, v in meta["annotations"].items() if k != SPEC_HASH_ANNOTATION}
+        body["metadata"] = {**meta, "annotations": annotations}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

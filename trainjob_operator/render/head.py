@@ -29,22 +29,23 @@ __all__ = [
 
 HEAD_PORTS: tuple[tuple[str, int], ...] = (
     ("gcs", GCS_PORT),
-    ("dashboard", DASHBOARD_PORT),
     ("client", CLIENT_PORT),
     ("metrics", METRICS_PORT),
 )
-"""Named ports of the Ray head: GCS, dashboard, Ray client, Prometheus metrics."""
+"""Named ports of the Ray head: GCS, Ray client, Prometheus metrics. The dashboard (and its
+Jobs API) listens on the pod's loopback only: reach it with ``kubectl port-forward``."""
 
 
 def head_command() -> list[str]:
-    """``ray start --head --block`` with fixed ports and no logical CPUs/GPUs (no work there)."""
+    """``ray start --head --block`` with fixed ports and no logical CPUs/GPUs (no work there);
+    the dashboard on loopback only (``kubectl port-forward <job>-head 8265`` reaches it)."""
     return [
         "ray",
         "start",
         "--head",
         "--block",
         f"--port={GCS_PORT}",
-        "--dashboard-host=0.0.0.0",
+        "--dashboard-host=127.0.0.1",
         f"--dashboard-port={DASHBOARD_PORT}",
         f"--ray-client-server-port={CLIENT_PORT}",
         f"--metrics-export-port={METRICS_PORT}",
@@ -60,7 +61,8 @@ def render_head_pod(
     """The Ray head pod ``<job>-head``.
 
     It runs ``ray start --head --block`` with ``--num-cpus=0`` so that no task or actor lands on
-    it, exposes the GCS (6379), dashboard (8265), client (10001) and metrics (8080) ports, is
+    it, exposes the GCS (6379), client (10001) and metrics (8080) ports (the dashboard, 8265,
+    listens on loopback), requires Ray's token (:mod:`~trainjob_operator.render.security`), is
     Ready once the GCS accepts connections, and gets ``spec.ray.head.resources`` (or
     ``options.head_resources``). It runs no user code, so it gets neither the storage
     ServiceAccount nor an API token. It belongs to the Kueue pod group with the workers.

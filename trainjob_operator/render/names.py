@@ -24,7 +24,9 @@ __all__ = [
     "head_pod_name",
     "headless_service_name",
     "megascale_coordinator_host",
+    "network_policy_name",
     "pod_fqdn",
+    "ray_auth_secret_name",
     "tpu_slice_name",
     "tpu_worker_hostnames",
     "tpu_worker_pod_name",
@@ -92,6 +94,16 @@ def validation_pod_name(job: str, index: int) -> str:
 def driver_name(job: str) -> str:
     """``<job>-driver``: the driver pod and its ServiceAccount, Role and RoleBinding."""
     return f"{job}-driver"
+
+
+def ray_auth_secret_name(job: str) -> str:
+    """``<job>-ray-auth``: the Secret holding the job's Ray authentication token."""
+    return f"{job}-ray-auth"
+
+
+def network_policy_name(job: str) -> str:
+    """``<job>-ray``: the NetworkPolicy admitting only the job's own pods to its pods."""
+    return f"{job}-ray"
 
 
 def pod_fqdn(job: str, pod: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,8 +13,11 @@ from typing import Any
 from trainjob_operator.api.tpu import GKE_TPU_ACCELERATOR_LABEL, GKE_TPU_TOPOLOGY_LABEL
 
 __all__ = [
+    "ALLOWED_VOLUME_TYPES_ENV",
     "DEFAULTS_ENV",
+    "DEFAULT_ALLOWED_VOLUME_TYPES",
     "GKE_SPOT_LABEL",
+    "READ_ONLY_ROOT_FILESYSTEM_ENV",
     "RenderOptions",
     "check_node_selector",
     "check_tolerations",
@@ -31,6 +35,31 @@ def _default_head_resources() -> dict[str, str]:
 def _default_driver_resources() -> dict[str, str]:
     return {"cpu": "1", "memory": "2Gi"}
 
+
+DEFAULT_ALLOWED_VOLUME_TYPES: frozenset[str] = frozenset(
+    {
+        "configMap",
+        "secret",
+        "emptyDir",
+        "persistentVolumeClaim",
+        "projected",
+        "downwardAPI",
+        "csi",
+        "ephemeral",
+    }
+)
+"""Volume types ``spec.podTemplate.volumes`` may use unless the cluster admin widens the list
+(chart value ``podSecurity.allowedVolumeTypes``): the Pod Security Standard "restricted" set.
+``hostPath`` (the node's files, the container runtime's socket) is not among them."""
+
+ALLOWED_VOLUME_TYPES_ENV = "TRAINJOB_ALLOWED_VOLUME_TYPES"
+"""JSON list of volume types (chart value ``podSecurity.allowedVolumeTypes``)."""
+READ_ONLY_ROOT_FILESYSTEM_ENV = "TRAINJOB_READ_ONLY_ROOT_FILESYSTEM"
+"""``true``/``false`` (chart value ``podSecurity.readOnlyRootFilesystem``)."""
+
+_PROCESS_RAY_AUTH_KEY = secrets.token_bytes(32)
+"""This process's key for the per-job Ray tokens (see :mod:`trainjob_operator.render.security`).
+"""
 
 _TOLERATION_KEYS = frozenset({"key", "operator", "value", "effect", "tolerationSeconds"})
 _OPERATOR_OWNED_SELECTORS: dict[str, dict[str, str]] = {
@@ -103,6 +132,13 @@ class RenderOptions:
         validation_tolerations: default tolerations of validation pool pods
             (``defaults.validationPool.tolerations``); one is left out when the pool's or the
             podTemplate's tolerations have one with the same ``key`` and ``effect``.
+        allowed_volume_types: volume types ``spec.podTemplate.volumes`` may use
+            (:data:`DEFAULT_ALLOWED_VOLUME_TYPES`; chart ``podSecurity.allowedVolumeTypes``).
+        read_only_root_filesystem: containers get ``readOnlyRootFilesystem: true`` (``/tmp``,
+            where Ray keeps its session, is an emptyDir); chart
+            ``podSecurity.readOnlyRootFilesystem``.
+        ray_auth_key: the key the per-job Ray tokens are derived from (random per process;
+            never logged).
     """
 
     default_namespace: str = "default"
@@ -114,6 +150,9 @@ class RenderOptions:
     tpu_tolerations: Sequence[Mapping[str, Any]] = ()
     validation_node_selector: Mapping[str, str] = field(default_factory=dict)
     validation_tolerations: Sequence[Mapping[str, Any]] = ()
+    allowed_volume_types: frozenset[str] = DEFAULT_ALLOWED_VOLUME_TYPES
+    read_only_root_filesystem: bool = True
+    ray_auth_key: bytes = field(default=_PROCESS_RAY_AUTH_KEY, repr=False)
 
     def __post_init__(self) -> None:
         if self.validation_slots < 1:
@@ -147,6 +186,32 @@ DEFAULTS_ENV: dict[str, tuple[str, str]] = {
 """Env var (JSON, set by the Helm chart) -> (:class:`RenderOptions` field, chart value)."""
 
 
+def _pod_security_from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    text = env.get(ALLOWED_VOLUME_TYPES_ENV, "").strip()
+    if text:
+        try:
+            types = json.loads(text)
+        except ValueError:
+            types = None
+        if not isinstance(types, list) or not all(isinstance(t, str) and t for t in types):
+            raise ValueError(
+                f"{ALLOWED_VOLUME_TYPES_ENV}: expected a JSON list of volume type names such as "
+                f'["configMap", "secret"], got {text!r} (chart value '
+                "podSecurity.allowedVolumeTypes)"
+            )
+        values["allowed_volume_types"] = frozenset(types)
+    flag = env.get(READ_ONLY_ROOT_FILESYSTEM_ENV, "").strip().lower()
+    if flag:
+        if flag not in ("true", "false"):
+            raise ValueError(
+                f"{READ_ONLY_ROOT_FILESYSTEM_ENV}: expected true or false, got {flag!r} "
+                "(chart value podSecurity.readOnlyRootFilesystem)"
+            )
+        values["read_only_root_filesystem"] = flag == "true"
+    return values
+
+
 def render_options_from_env(environ: Mapping[str, str] | None = None) -> RenderOptions:
     """:class:`RenderOptions` with the operator-wide pod defaults of :data:`DEFAULTS_ENV`.
 
@@ -162,7 +227,7 @@ def render_options_from_env(environ: Mapping[str, str] | None = None) -> RenderO
             valid JSON, has the wrong shape, or sets a label the operator owns.
     """
     env = os.environ if environ is None else environ
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = _pod_security_from_env(env)
     for var, (attr, chart_value) in DEFAULTS_ENV.items():
         text = env.get(var, "").strip()
         if not text:

@@ -12,15 +12,24 @@ pool, driver):
 - ``nodeSelector``: merged; a key the operator sets to another value (the TPU selectors, the spot
   selector of the validation pool) is rejected.
 - ``tolerations``, ``imagePullSecrets``, ``volumes``: appended (volume names must be unique; the
-  ``dshm`` volume is the operator's).
+  operator's volumes, :data:`OPERATOR_VOLUMES`, are reserved). A volume's type must be in the
+  allow-list (:data:`~trainjob_operator.render.options.DEFAULT_ALLOWED_VOLUME_TYPES`:
+  configMap, secret, emptyDir, persistentVolumeClaim, projected, downwardAPI, csi, ephemeral;
+  the cluster admin widens it with the chart value ``podSecurity.allowedVolumeTypes``):
+  ``hostPath`` and the other node-level types are refused by default.
 - ``volumeMounts``, ``envFrom``: appended to the main container; mounts must name a volume from
-  ``volumes``; ``/dev/shm`` is the operator's.
+  ``volumes``; the operator's mount paths (``/dev/shm``, ``/tmp``) are reserved.
 - ``affinity``: ``nodeAffinity`` is taken as is; ``podAffinity`` and ``podAntiAffinity`` terms are
   appended to the operator's (TPU slice placement).
 - ``priorityClassName``, ``schedulerName``, ``terminationGracePeriodSeconds``: set as is.
-- ``securityContext``: pod-level ``runAsUser`` (not 0), ``runAsGroup``, ``fsGroup``,
-  ``fsGroupChangePolicy``, ``supplementalGroups`` override the defaults; the container stays
-  ``runAsNonRoot``, without privilege escalation and capabilities.
+- ``securityContext``: pod-level ``runAsUser``, ``runAsGroup``, ``fsGroup`` (none of them 0),
+  ``fsGroupChangePolicy``, ``supplementalGroups`` (not containing 0) override the defaults; the
+  container stays ``runAsNonRoot``, without privilege escalation and capabilities.
+
+Control-plane nodes are out of reach: ``nodeSelector`` keys, toleration keys and
+``nodeAffinity`` ``In``/``Exists`` expressions naming :data:`CONTROL_PLANE_LABELS` are refused,
+and so is a toleration without a ``key`` and with ``operator: Exists`` (it tolerates every
+taint, the control plane's included).
 """
 
 from __future__ import annotations
@@ -31,8 +40,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainjob_operator.constants import LABEL_PREFIX
+from trainjob_operator.render.options import DEFAULT_ALLOWED_VOLUME_TYPES
 
 __all__ = [
+    "CONTROL_PLANE_LABELS",
+    "OPERATOR_VOLUMES",
     "POD_TEMPLATE_KEYS",
     "RESERVED_LABEL_KEYS",
     "RESERVED_LABEL_PREFIXES",
@@ -65,6 +77,13 @@ RESERVED_LABEL_PREFIXES = (LABEL_PREFIX, "kueue.x-k8s.io/")
 """Label and annotation key prefixes owned by the operator."""
 RESERVED_LABEL_KEYS = frozenset({"app.kubernetes.io/name", "app.kubernetes.io/managed-by"})
 """Label keys owned by the operator."""
+
+OPERATOR_VOLUMES: dict[str, str] = {"dshm": "/dev/shm", "tmp": "/tmp"}
+"""Volumes the operator adds to every pod (name -> mount path): ``/dev/shm`` in memory (Ray's
+object store) and ``/tmp`` (Ray's session folder; the root filesystem is read-only)."""
+
+CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
+"""Node label (and taint) keys of control-plane nodes, which no TrainJob pod may target."""
 
 _SECURITY_CONTEXT_KEYS = (
     "runAsUser",
@@ -177,18 +196,32 @@ def _named_list(key: str, value: Any) -> list[dict[str, Any]]:
     return items
 
 
-def _volumes(value: Any) -> list[dict[str, Any]]:
+def _volumes(value: Any, allowed_types: frozenset[str]) -> list[dict[str, Any]]:
     items = _named_list("volumes", value)
     seen: set[str] = set()
     for index, item in enumerate(items):
         name = item["name"]
-        if name == "dshm":
+        where = f"{_where('volumes')}[{index}]"
+        if name in OPERATOR_VOLUMES:
             raise ValueError(
-                f"{_where('volumes')}[{index}].name: 'dshm' is the operator's /dev/shm volume"
+                f"{where}.name: {name!r} is the operator's {OPERATOR_VOLUMES[name]} volume; "
+                "choose another name"
             )
         if name in seen:
-            raise ValueError(f"{_where('volumes')}[{index}].name: {name!r} is used twice")
+            raise ValueError(f"{where}.name: {name!r} is used twice")
         seen.add(name)
+        types = [key for key in item if key != "name"]
+        if len(types) != 1:
+            raise ValueError(
+                f"{where}: a volume has exactly one type besides its name, got "
+                f"{', '.join(types) or 'none'}"
+            )
+        if types[0] not in allowed_types:
+            raise ValueError(
+                f"{where}.{types[0]}: this volume type is not allowed; allowed: "
+                f"{', '.join(sorted(allowed_types))} (hint: a cluster admin can widen the list "
+                "with the chart value podSecurity.allowedVolumeTypes)"
+            )
     return items
 
 
@@ -204,11 +237,65 @@ def _volume_mounts(value: Any, volumes: list[dict[str, Any]]) -> list[dict[str, 
         path = item.get("mountPath")
         if not isinstance(path, str) or not path:
             raise ValueError(f"{_where('volumeMounts')}[{index}].mountPath: required (a string)")
-        if path.rstrip("/") == "/dev/shm":
+        reserved = set(OPERATOR_VOLUMES.values())
+        if path.rstrip("/") in reserved:
             raise ValueError(
-                f"{_where('volumeMounts')}[{index}].mountPath: /dev/shm is mounted by the operator"
+                f"{_where('volumeMounts')}[{index}].mountPath: {path} is mounted by the operator; "
+                f"use another path (reserved: {', '.join(sorted(reserved))})"
             )
     return items
+
+
+def _node_selector(value: Any) -> dict[str, str]:
+    out = _string_map("nodeSelector", value)
+    for key in out:
+        if key in CONTROL_PLANE_LABELS:
+            raise ValueError(
+                f"{_where('nodeSelector')}[{key!r}]: TrainJob pods may not run on control-plane "
+                "nodes; remove this key"
+            )
+    return out
+
+
+def _tolerations(value: Any) -> list[dict[str, Any]]:
+    items = _map_list("tolerations", value)
+    for index, item in enumerate(items):
+        key = item.get("key")
+        where = f"{_where('tolerations')}[{index}]"
+        if key in CONTROL_PLANE_LABELS:
+            raise ValueError(
+                f"{where}.key: TrainJob pods may not tolerate the control-plane taint {key!r}"
+            )
+        if not key and item.get("operator") == "Exists":
+            raise ValueError(
+                f"{where}: a toleration without a key and with operator Exists tolerates every "
+                "taint, the control plane's included; name the taint's key"
+            )
+    return items
+
+
+def _check_node_affinity(node_affinity: Mapping[str, Any]) -> None:
+    where = f"{_where('affinity')}.nodeAffinity"
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = list(required.get("nodeSelectorTerms") or []) if isinstance(required, Mapping) else []
+    for preferred in node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []:
+        if isinstance(preferred, Mapping) and isinstance(preferred.get("preference"), Mapping):
+            terms.append(preferred["preference"])
+    for term in terms:
+        if not isinstance(term, Mapping):
+            continue
+        for expression in term.get("matchExpressions") or []:
+            if not isinstance(expression, Mapping):
+                continue
+            if expression.get("key") in CONTROL_PLANE_LABELS and expression.get("operator") in (
+                "In",
+                "Exists",
+            ):
+                raise ValueError(
+                    f"{where}: an expression selects control-plane nodes "
+                    f"({expression.get('key')} {expression.get('operator')}); TrainJob pods may "
+                    "not run there (NotIn/DoesNotExist are accepted)"
+                )
 
 
 def _affinity(value: Any) -> dict[str, Any]:
@@ -222,7 +309,9 @@ def _affinity(value: Any) -> dict[str, Any]:
             )
         if not isinstance(v, Mapping):
             raise ValueError(f"{_where('affinity')}.{k}: expected a mapping, got {_type_name(v)}")
-        if k != "nodeAffinity":
+        if k == "nodeAffinity":
+            _check_node_affinity(v)
+        else:
             for term_key, terms in v.items():
                 if not isinstance(terms, list):
                     raise ValueError(
@@ -252,10 +341,14 @@ def _security_context(value: Any) -> dict[str, Any]:
         elif k == "supplementalGroups":
             if not isinstance(v, list) or not all(_is_int(g) and g >= 0 for g in v):
                 raise ValueError(f"{where}: expected a list of non-negative integers")
+            if 0 in v:
+                raise ValueError(f"{where}: pods must not join the root group (gid 0); remove 0")
         elif not _is_int(v) or v < 0:
             raise ValueError(f"{where}: expected a non-negative integer, got {v!r}")
         elif k == "runAsUser" and v == 0:
             raise ValueError(f"{where}: pods must not run as root (uid 0)")
+        elif v == 0:
+            raise ValueError(f"{where}: pods must not use the root group (gid 0)")
         out[k] = copy.deepcopy(v)
     return out
 
@@ -270,8 +363,14 @@ def _string(key: str, value: Any) -> str:
     return value
 
 
-def parse_pod_template(data: Mapping[str, Any] | None) -> PodTemplateOverrides:
+def parse_pod_template(
+    data: Mapping[str, Any] | None,
+    allowed_volume_types: frozenset[str] = DEFAULT_ALLOWED_VOLUME_TYPES,
+) -> PodTemplateOverrides:
     """Check ``spec.podTemplate`` and return it as :class:`PodTemplateOverrides`.
+
+    ``allowed_volume_types``: the volume types ``volumes`` may use
+    (``RenderOptions.allowed_volume_types``).
 
     Raises:
         ValueError: for an unknown key (message ``spec.podTemplate.<key>: ...`` listing the
@@ -284,7 +383,7 @@ def parse_pod_template(data: Mapping[str, Any] | None) -> PodTemplateOverrides:
             accepted = ", ".join(POD_TEMPLATE_KEYS)
             text = f"{_where(str(key))}: unknown key; accepted keys: {accepted}"
             raise ValueError(f"{text} (hint: {hint})" if hint else text)
-    volumes = _volumes(data["volumes"]) if "volumes" in data else []
+    volumes = _volumes(data["volumes"], allowed_volume_types) if "volumes" in data else []
     grace = data.get("terminationGracePeriodSeconds")
     if grace is not None and (not _is_int(grace) or grace < 0):
         raise ValueError(
@@ -296,10 +395,8 @@ def parse_pod_template(data: Mapping[str, Any] | None) -> PodTemplateOverrides:
         annotations=(
             _metadata_map("annotations", data["annotations"]) if "annotations" in data else {}
         ),
-        node_selector=(
-            _string_map("nodeSelector", data["nodeSelector"]) if "nodeSelector" in data else {}
-        ),
-        tolerations=_map_list("tolerations", data["tolerations"]) if "tolerations" in data else [],
+        node_selector=(_node_selector(data["nodeSelector"]) if "nodeSelector" in data else {}),
+        tolerations=_tolerations(data["tolerations"]) if "tolerations" in data else [],
         affinity=_affinity(data["affinity"]) if "affinity" in data else {},
         volumes=volumes,
         volume_mounts=(
@@ -326,9 +423,12 @@ def parse_pod_template(data: Mapping[str, Any] | None) -> PodTemplateOverrides:
     )
 
 
-def validate_pod_template(data: Mapping[str, Any] | None) -> None:
+def validate_pod_template(
+    data: Mapping[str, Any] | None,
+    allowed_volume_types: frozenset[str] = DEFAULT_ALLOWED_VOLUME_TYPES,
+) -> None:
     """Raise ``ValueError`` (naming ``spec.podTemplate.<key>``) when ``data`` is not accepted.
 
     The reconciler can call it to report a bad podTemplate as a condition before rendering.
     """
-    parse_pod_template(data)
+    parse_pod_template(data, allowed_volume_types)

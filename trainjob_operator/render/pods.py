@@ -22,10 +22,13 @@ from trainjob_operator.render.context import (
 )
 from trainjob_operator.render.hashing import finalize
 from trainjob_operator.render.placement import Placement
+from trainjob_operator.render.pod_template import OPERATOR_VOLUMES
+from trainjob_operator.render.security import ray_auth_env
 
 __all__ = [
     "RUN_AS_USER",
     "SHM_VOLUME",
+    "TMP_VOLUME",
     "build_container",
     "build_pod",
     "container_security_context",
@@ -36,6 +39,8 @@ __all__ = [
 
 SHM_VOLUME = "dshm"
 """The memory-backed ``/dev/shm`` volume of every pod (Ray's object store)."""
+TMP_VOLUME = "tmp"
+"""The ``/tmp`` emptyDir of every pod: Ray's session folder on a read-only root filesystem."""
 
 RUN_AS_USER = 1000
 
@@ -62,14 +67,18 @@ def pod_security_context(ctx: RenderContext) -> dict[str, Any]:
     return sc
 
 
-def container_security_context() -> dict[str, Any]:
-    """Container-level security (Pod Security Standard "restricted")."""
-    return {
+def container_security_context(read_only_root_filesystem: bool = True) -> dict[str, Any]:
+    """Container-level security: the Pod Security Standard "restricted" profile, and a
+    read-only root filesystem unless the operator is configured otherwise."""
+    sc: dict[str, Any] = {
         "runAsNonRoot": True,
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": "RuntimeDefault"},
     }
+    if read_only_root_filesystem:
+        sc["readOnlyRootFilesystem"] = True
+    return sc
 
 
 def env_var(name: str, value: str) -> dict[str, Any]:
@@ -96,14 +105,16 @@ def build_container(
     ports: Sequence[tuple[str, int]] = (),
     readiness_probe: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The main container: ``spec.image``, operator env then ``spec.env``, requests = limits,
-    ``/dev/shm`` plus the podTemplate mounts, restricted security context, and
+    """The main container: ``spec.image``, operator env (with Ray's token authentication) then
+    ``spec.env``, requests = limits, ``/dev/shm`` and ``/tmp`` plus the podTemplate mounts,
+    restricted security context, and
     ``terminationMessagePolicy: FallbackToLogsOnError`` (the log tail of a failed container is
     its termination message in the pod status).
 
     Raises:
         ValueError: when ``spec.env`` sets a variable the operator sets for this pod.
     """
+    env = [*env, *ray_auth_env(ctx)]
     _check_env_conflicts(ctx, env)
     container: dict[str, Any] = {
         "name": name,
@@ -113,10 +124,11 @@ def build_container(
         "env": [dict(e) for e in env] + [var.to_dict() for var in ctx.job.spec.env],
         "resources": quantities(resources),
         "volumeMounts": [
-            {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
+            {"name": SHM_VOLUME, "mountPath": OPERATOR_VOLUMES[SHM_VOLUME]},
+            {"name": TMP_VOLUME, "mountPath": OPERATOR_VOLUMES[TMP_VOLUME]},
             *copy.deepcopy(ctx.overrides.volume_mounts),
         ],
-        "securityContext": container_security_context(),
+        "securityContext": container_security_context(ctx.options.read_only_root_filesystem),
         # A container that fails without writing /dev/termination-log gets the tail of its log
         # as its termination message, so a failed driver's error shows in the pod status.
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -180,6 +192,7 @@ def build_pod(
         "containers": [container],
         "volumes": [
             {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
+            {"name": TMP_VOLUME, "emptyDir": {}},
             *copy.deepcopy(overrides.volumes),
         ],
     }
