@@ -4,14 +4,19 @@ message. (The API-server behaviour is tested in tests/k8s.)"""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+import stat
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from trainjob_operator import kube as kube_module
 from trainjob_operator.kube import ApiError, KubeClient, KubeConfig
 
 
@@ -22,6 +27,7 @@ class _Server(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.connections = 0
         self.requests: list[tuple[str, str]] = []
+        self.authorizations: list[str | None] = []
         self.answers: list[int] = []  # statuses to answer next (then 200)
         self.drop_after_answer = False  # close the connection without saying so
 
@@ -42,6 +48,7 @@ class _Handler(BaseHTTPRequestHandler):
         if length:
             self.rfile.read(length)
         self.server.requests.append((self.command, self.path))
+        self.server.authorizations.append(self.headers.get("Authorization"))
         status = self.server.answers.pop(0) if self.server.answers else 200
         body = json.dumps(
             {"kind": "Status", "reason": "Busy", "message": "try later"}
@@ -124,3 +131,55 @@ def test_an_unreachable_server_is_reported_after_the_attempts() -> None:
 def test_a_bad_server_address_is_refused_with_the_expected_form() -> None:
     with pytest.raises(ValueError, match=r"expected https://HOST\[:PORT\]"):
         KubeClient(KubeConfig(host="apiserver:6443"))
+
+
+def _rotate(folder: Path, token: str, generation: int) -> None:
+    """Swap the token as the kubelet does a projected volume: a new ..data symlink."""
+    data = folder / f"..{generation}"
+    data.mkdir()
+    (data / "token").write_text(token + "\n")
+    link = folder / "..data_tmp"
+    link.symlink_to(data.name)
+    os.replace(link, folder / "..data")
+    if not (folder / "token").is_symlink():
+        (folder / "token").symlink_to("..data/token")
+
+
+def test_a_rotated_token_file_is_re_read(server: _Server, tmp_path: Path) -> None:
+    _rotate(tmp_path, "first", 1)
+    host, port = server.server_address[:2]
+    config = KubeConfig(host=f"http://{host}:{port}", token_file=str(tmp_path / "token"))
+    kube = KubeClient(config)
+    kube.list("Pod", "ns")
+    _rotate(tmp_path, "second", 2)
+    kube.list("Pod", "ns")
+    assert server.authorizations == ["Bearer first", "Bearer second"]
+    assert config.token == "second"  # what kopf's login reads
+
+
+def test_kubeconfig_client_keys_are_private_and_removed(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "config"
+    encoded = base64.b64encode(b"not really a key").decode()
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "current-context": "c",
+                "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+                "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [
+                    {
+                        "name": "u",
+                        "user": {"client-certificate-data": encoded, "client-key-data": encoded},
+                    }
+                ],
+            }
+        )
+    )
+    config = KubeConfig.from_kubeconfig(kubeconfig)
+    assert config.client_key is not None
+    key = Path(config.client_key)
+    assert key.read_bytes() == b"not really a key"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert stat.S_IMODE(key.parent.stat().st_mode) == 0o700
+    kube_module._remove_private_dirs()  # what runs at exit
+    assert not key.exists() and not key.parent.exists()

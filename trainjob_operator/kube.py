@@ -9,17 +9,19 @@ errors (429, 5xx, connection errors) with backoff, and raises
 
 from __future__ import annotations
 
+import atexit
 import base64
 import http.client
 import json
 import os
 import random
+import shutil
 import ssl
 import tempfile
 import threading
 import time
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,28 @@ import yaml
 from trainjob_operator.constants import GROUP, KIND, PLURAL, VERSION
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+_PRIVATE_DIRS: list[str] = []
+
+
+def _remove_private_dirs() -> None:
+    for folder in _PRIVATE_DIRS:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _private_file(name: str, content: bytes) -> str:
+    """``content`` in a file only this user can read, in a temporary folder removed when the
+    process exits (TLS libraries read certificates and keys from files only)."""
+    if not _PRIVATE_DIRS:
+        atexit.register(_remove_private_dirs)
+    folder = tempfile.mkdtemp(prefix="trainjob-kube-")  # mode 0700
+    _PRIVATE_DIRS.append(folder)
+    path = os.path.join(folder, name)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(content)
+    return path
+
 
 # (group, version, plural) of the kinds the operator manages.
 RESOURCES: dict[str, tuple[str, str, str]] = {
@@ -40,6 +64,7 @@ RESOURCES: dict[str, tuple[str, str, str]] = {
     "NetworkPolicy": ("networking.k8s.io", "v1", "networkpolicies"),
     "Role": ("rbac.authorization.k8s.io", "v1", "roles"),
     "RoleBinding": ("rbac.authorization.k8s.io", "v1", "rolebindings"),
+    "Lease": ("coordination.k8s.io", "v1", "leases"),
     KIND: (GROUP, VERSION, PLURAL),
 }
 
@@ -56,7 +81,13 @@ class ApiError(Exception):
 
 @dataclass
 class KubeConfig:
-    """Where the API server is and how to authenticate."""
+    """Where the API server is and how to authenticate.
+
+    ``token_file``: a bearer token file re-read whenever it changes (the kubelet rotates a
+    pod's projected ServiceAccount token, which expires): :meth:`current_token` re-reads it
+    and updates ``token``, which every :class:`KubeClient` request calls, so ``token`` stays
+    current for whoever else reads it (kopf's login, called again after a 401).
+    """
 
     host: str
     token: str | None = None
@@ -64,17 +95,38 @@ class KubeConfig:
     client_cert: str | None = None
     client_key: str | None = None
     insecure: bool = False
+    token_file: str | None = None
+    _token_stamp: tuple[int, int] | None = field(default=None, init=False, repr=False)
+
+    def current_token(self) -> str | None:
+        """The bearer token to send now: ``token_file`` re-read when it changed, else ``token``.
+
+        A file that cannot be read keeps the last token (the next request tries again).
+        """
+        if not self.token_file:
+            return self.token
+        try:
+            st = os.stat(self.token_file)  # follows the kubelet's ..data symlink swap
+            stamp = (st.st_ino, st.st_mtime_ns)
+            if stamp != self._token_stamp:
+                self.token = Path(self.token_file).read_text().strip()
+                self._token_stamp = stamp
+        except OSError:
+            pass
+        return self.token
 
     @classmethod
     def in_cluster(cls) -> KubeConfig:
-        """The pod's service account."""
+        """The pod's service account (its projected token re-read as the kubelet rotates it)."""
         host = os.environ["KUBERNETES_SERVICE_HOST"]
         port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-        return cls(
+        config = cls(
             host=f"https://{host}:{port}",
-            token=(SERVICE_ACCOUNT_DIR / "token").read_text().strip(),
             ca_file=str(SERVICE_ACCOUNT_DIR / "ca.crt"),
+            token_file=str(SERVICE_ACCOUNT_DIR / "token"),
         )
+        config.current_token()
+        return config
 
     @classmethod
     def from_kubeconfig(cls, path: str | os.PathLike[str] | None = None) -> KubeConfig:
@@ -90,30 +142,32 @@ class KubeConfig:
         cluster = next(c["cluster"] for c in data["clusters"] if c["name"] == ctx["cluster"])
         user = next(u["user"] for u in data["users"] if u["name"] == ctx["user"])
 
-        def materialise(value: str | None, data_value: str | None, suffix: str) -> str | None:
+        def materialise(value: str | None, data_value: str | None, name: str) -> str | None:
             if value:
                 return value
             if data_value:
-                fd, name = tempfile.mkstemp(suffix=suffix)
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(base64.b64decode(data_value))
-                return name
+                return _private_file(name, base64.b64decode(data_value))
             return None
 
-        return cls(
+        config = cls(
             host=cluster["server"],
             token=user.get("token"),
             ca_file=materialise(
                 cluster.get("certificate-authority"),
                 cluster.get("certificate-authority-data"),
-                ".crt",
+                "ca.crt",
             ),
             client_cert=materialise(
-                user.get("client-certificate"), user.get("client-certificate-data"), ".crt"
+                user.get("client-certificate"), user.get("client-certificate-data"), "client.crt"
             ),
-            client_key=materialise(user.get("client-key"), user.get("client-key-data"), ".key"),
+            client_key=materialise(
+                user.get("client-key"), user.get("client-key-data"), "client.key"
+            ),
             insecure=bool(cluster.get("insecure-skip-tls-verify")),
+            token_file=user.get("tokenFile"),
         )
+        config.current_token()
+        return config
 
     @classmethod
     def load(cls) -> KubeConfig:
@@ -247,8 +301,9 @@ class KubeClient:
         headers = {"Accept": "application/json"}
         if data is not None:
             headers["Content-Type"] = content_type
-        if self.config.token:
-            headers["Authorization"] = f"Bearer {self.config.token}"
+        token = self.config.current_token()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
         delay = 0.2
         for attempt in range(1, self.attempts + 1):
             try:

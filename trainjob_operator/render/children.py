@@ -21,7 +21,30 @@ from trainjob_operator.render.security import network_policy, ray_auth_secret
 from trainjob_operator.render.validation_pool import validation_pods
 from trainjob_operator.render.workers import worker_pods
 
-__all__ = ["render_children", "render_for_reconcile", "renderer_for"]
+__all__ = ["check_pod_budget", "render_children", "render_for_reconcile", "renderer_for"]
+
+
+def check_pod_budget(job: TrainJob, options: RenderOptions) -> None:
+    """Refuse a job that may ask for more pods than ``options.max_pods_per_job``.
+
+    Counted before anything is rendered: the head, the driver, ``numWorkers`` and the
+    validation pool's ``maxReplicas``. The reconciler fails such a job (its message is the
+    condition's); the operator and the other jobs go on.
+
+    Raises:
+        ValueError: naming ``spec.scaling.numWorkers``, the count and the limit.
+    """
+    spec = job.spec
+    pool = spec.validation.pool.max_replicas if spec.validation is not None else 0
+    pods = 2 + spec.scaling.num_workers + pool
+    if pods > options.max_pods_per_job:
+        raise ValueError(
+            f"spec.scaling.numWorkers: this TrainJob asks for up to {pods} pods (head, driver, "
+            f"{spec.scaling.num_workers} worker(s), {pool} validation pod(s)), more than the "
+            f"{options.max_pods_per_job} pods per TrainJob this operator allows (hint: use fewer "
+            "workers, or ask the cluster admin to raise the chart value "
+            "limits.maxPodsPerTrainJob)"
+        )
 
 
 def render_children(
@@ -59,6 +82,7 @@ def render_children(
     # One context for every child: the podTemplate, names, TPU shape, placements and the
     # driver's manifest are resolved once.
     ctx = build_context(job, uid=uid, attempt=attempt, options=options)
+    check_pod_budget(job, ctx.options)
     children: list[dict[str, Any]] = [
         driver_service_account(ctx),
         driver_role(ctx),

@@ -17,6 +17,7 @@ __all__ = [
     "DEFAULTS_ENV",
     "DEFAULT_ALLOWED_VOLUME_TYPES",
     "GKE_SPOT_LABEL",
+    "MAX_PODS_PER_JOB_ENV",
     "READ_ONLY_ROOT_FILESYSTEM_ENV",
     "RenderOptions",
     "check_node_selector",
@@ -54,6 +55,8 @@ DEFAULT_ALLOWED_VOLUME_TYPES: frozenset[str] = frozenset(
 
 ALLOWED_VOLUME_TYPES_ENV = "TRAINJOB_ALLOWED_VOLUME_TYPES"
 """JSON list of volume types (chart value ``podSecurity.allowedVolumeTypes``)."""
+MAX_PODS_PER_JOB_ENV = "TRAINJOB_MAX_PODS_PER_JOB"
+"""A positive integer (chart value ``limits.maxPodsPerTrainJob``)."""
 READ_ONLY_ROOT_FILESYSTEM_ENV = "TRAINJOB_READ_ONLY_ROOT_FILESYSTEM"
 """``true``/``false`` (chart value ``podSecurity.readOnlyRootFilesystem``)."""
 
@@ -139,6 +142,9 @@ class RenderOptions:
             ``podSecurity.readOnlyRootFilesystem``.
         ray_auth_key: the key the per-job Ray tokens are derived from (random per process;
             never logged).
+        max_pods_per_job: the most pods one TrainJob may ask for (head, driver, workers and
+            the validation pool's ``maxReplicas``); a job over it fails (chart
+            ``limits.maxPodsPerTrainJob``).
     """
 
     default_namespace: str = "default"
@@ -153,8 +159,13 @@ class RenderOptions:
     allowed_volume_types: frozenset[str] = DEFAULT_ALLOWED_VOLUME_TYPES
     read_only_root_filesystem: bool = True
     ray_auth_key: bytes = field(default=_PROCESS_RAY_AUTH_KEY, repr=False)
+    max_pods_per_job: int = 2000
 
     def __post_init__(self) -> None:
+        if self.max_pods_per_job < 1:
+            raise ValueError(
+                f"RenderOptions.max_pods_per_job must be >= 1, got {self.max_pods_per_job}"
+            )
         if self.validation_slots < 1:
             raise ValueError(
                 f"RenderOptions.validation_slots must be >= 1, got {self.validation_slots}"
@@ -209,6 +220,14 @@ def _pod_security_from_env(env: Mapping[str, str]) -> dict[str, Any]:
                 "(chart value podSecurity.readOnlyRootFilesystem)"
             )
         values["read_only_root_filesystem"] = flag == "true"
+    budget = env.get(MAX_PODS_PER_JOB_ENV, "").strip()
+    if budget:
+        if not budget.isdigit() or int(budget) < 1:
+            raise ValueError(
+                f"{MAX_PODS_PER_JOB_ENV}: expected a positive integer, got {budget!r} (chart "
+                "value limits.maxPodsPerTrainJob)"
+            )
+        values["max_pods_per_job"] = int(budget)
     return values
 
 
