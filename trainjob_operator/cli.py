@@ -170,7 +170,24 @@ def _add_operator_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser
         metavar="PORT",
         help="port of the Prometheus metrics endpoint, 0 to disable (default: %(default)s)",
     )
+    parser.add_argument(
+        "--webhook-port",
+        type=int,
+        default=0,
+        metavar="PORT",
+        help="serve the validating admission webhook over HTTPS on PORT (0: no webhook; the "
+        "chart uses 9443)",
+    )
+    parser.add_argument(
+        "--webhook-cert-dir",
+        default="/etc/trainjob-operator/webhook",
+        metavar="DIR",
+        help="folder with the webhook's tls.crt and tls.key (default: %(default)s)",
+    )
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    from trainjob_operator import leader  # standard library and kube.py only
+
+    leader.add_arguments(parser)
     parser.set_defaults(
         func=_lazy("trainjob_operator.operator_main:operator_command", "operator", "")
     )

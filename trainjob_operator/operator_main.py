@@ -36,10 +36,17 @@ from typing import Any
 import kopf
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
+from trainjob_operator.admission import AdmissionServer, configure_admission, register_admission
 from trainjob_operator.api.status import Phase
 from trainjob_operator.api.trainjob import TrainJob
 from trainjob_operator.constants import FINALIZER, GROUP, MANAGED_BY_LABEL, PLURAL, VERSION
 from trainjob_operator.kube import KubeClient, KubeConfig
+from trainjob_operator.leader import (
+    HealthServer,
+    LeaderElector,
+    elector_from_args,
+    run_with_leader_election,
+)
 from trainjob_operator.reconcile.apply import NAME_LABEL, Renderer, reconcile_trainjob
 
 logger = logging.getLogger("trainjob_operator")
@@ -257,17 +264,42 @@ def run_operator(
     render: Renderer | None = None,
     client: KubeClient | None = None,
     resync_seconds: float = DEFAULT_RESYNC_SECONDS,
+    admission: AdmissionServer | None = None,
+    leader_election: LeaderElector | None = None,
 ) -> None:
     """Run the operator until ``stop_flag`` is set (blocking; call it in a thread to embed).
 
     ``client`` is the API client of the reconciler (default: ``KubeClient(config)``); kopf's
-    own watches always use ``config``.
+    own watches always use ``config``. ``admission``: also serve the validating admission
+    webhook (:mod:`trainjob_operator.admission`) there. ``leader_election``: wait for the
+    Lease and reconcile only while holding it; return when it is lost
+    (:mod:`trainjob_operator.leader`).
     """
+    if leader_election is not None:
+        run_with_leader_election(
+            leader_election,
+            stop_flag,
+            lambda flag: run_operator(
+                config,
+                namespaces,
+                flag,
+                ready_flag,
+                liveness_endpoint,
+                timer_interval,
+                render,
+                client,
+                resync_seconds,
+                admission,
+            ),
+        )
+        return
     registry = kopf.OperatorRegistry()
     operator = Operator(
         client or KubeClient(config), render or default_renderer(), resync_seconds=resync_seconds
     )
     register(registry, operator, timer_interval)
+    if admission is not None:
+        register_admission(registry)
 
     def login(**_: Any) -> kopf.ConnectionInfo:
         return kopf.ConnectionInfo(
@@ -284,6 +316,8 @@ def run_operator(
 
     def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure(settings)
+        if admission is not None:
+            configure_admission(settings, admission)
 
     kopf.on.startup(registry=registry)(startup)
     asyncio.run(
@@ -350,7 +384,24 @@ def operator_command(args: argparse.Namespace) -> int:
     if getattr(args, "metrics_port", None):
         start_metrics_server(int(args.metrics_port))
     namespaces = getattr(args, "namespace", None) or None
-    run_operator(KubeConfig.load(), namespaces, liveness_endpoint=getattr(args, "liveness", None))
+    webhook_port = int(getattr(args, "webhook_port", 0) or 0)
+    admission = (
+        AdmissionServer.from_dir(webhook_port, args.webhook_cert_dir) if webhook_port else None
+    )
+    config = KubeConfig.load()
+    liveness = getattr(args, "liveness", None)
+    # One attempt per request, short timeouts: a renewal must not outlast the renew deadline.
+    elector = elector_from_args(args, KubeClient(config, attempts=1, timeout=5.0))
+    if elector is not None:
+        HealthServer(elector, int(args.health_port)).start()
+        liveness = None  # /healthz is the HealthServer's, on every replica
+    run_operator(
+        config,
+        namespaces,
+        liveness_endpoint=liveness,
+        admission=admission,
+        leader_election=elector,
+    )
     return 0
 
 

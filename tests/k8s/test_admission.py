@@ -1,0 +1,276 @@
+"""The validating admission webhook on a real kube-apiserver: the operator serves it (kopf), the
+API server calls it for every TrainJob create and spec update, and a denial carries the same
+``field.path: message (hint: ...)`` lines as ``trainjob validate``.
+
+envtest has no Service networking, so the test's ``ValidatingWebhookConfiguration`` calls the
+operator on ``https://127.0.0.1:PORT`` (a ``url`` clientConfig) with a certificate for that IP
+signed by a CA made here; the chart's own objects (Service, Secret, caBundle) are checked in
+``tests/chart/``. The configuration only selects this test's namespace.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import datetime as dt
+import ipaddress
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from tests.support import EnvTest
+from trainjob_operator.admission import WEBHOOK_PATH, AdmissionServer
+from trainjob_operator.api.errors import ManifestError
+from trainjob_operator.api.manifest import load_documents, parse_trainjob
+from trainjob_operator.kube import KubeConfig
+from trainjob_operator.operator_main import run_operator
+
+pytestmark = pytest.mark.k8s
+
+REPO = Path(__file__).resolve().parents[2]
+CRD = REPO / "crds" / "trainjob.dev_trainjobs.yaml"
+QUICKSTART = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
+TRAINJOBS = "/apis/trainjob.dev/v1alpha1/namespaces/{ns}/trainjobs"
+WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+DENIED = 'admission webhook "validate.trainjob.dev" denied the request: '
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _pem(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _certificates(folder: Path) -> tuple[bytes, Path, Path]:
+    """A test CA and a server certificate for 127.0.0.1 signed by it: (CA PEM, cert, key)."""
+    now = dt.datetime.now(dt.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "trainjob-test-ca")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    cert_path, key_path = folder / "tls.crt", folder / "tls.key"
+    cert_path.write_bytes(_pem(cert))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return _pem(ca), cert_path, key_path
+
+
+def _wait_for(what: str, check: Callable[[], Any], timeout: float = 120.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}; last value: {last!r}")
+
+
+def _job(namespace: str, name: str, **spec: Any) -> dict[str, Any]:
+    body = copy.deepcopy(QUICKSTART)
+    body["metadata"] = {"name": name, "namespace": namespace}
+    body["spec"].update(spec)
+    return body
+
+
+def _validate_lines(body: dict[str, Any]) -> list[str]:
+    """What ``trainjob validate`` prints for ``body`` as a manifest (without the file name)."""
+    [doc] = load_documents(yaml.safe_dump(body))
+    return [error.format() for error in doc.errors]
+
+
+@pytest.fixture
+def webhook(envtest: EnvTest, k8s_namespace: str, tmp_path: Path) -> Iterator[str]:
+    """The operator with its webhook on 127.0.0.1, and a webhook configuration selecting only
+    ``k8s_namespace``; yields the namespace once the API server calls the webhook."""
+    envtest.apply_crd(CRD)
+    ca, cert, key = _certificates(tmp_path)
+    port = _free_port()
+    label = {"trainjob.dev/admission-test": k8s_namespace}
+    status, _ = envtest.request(
+        "PATCH", f"/api/v1/namespaces/{k8s_namespace}", {"metadata": {"labels": label}}
+    )
+    assert status == 200
+    stop, ready = threading.Event(), threading.Event()
+    config = KubeConfig(host=envtest.host, token=envtest.token, ca_file=str(envtest.ca_file))
+    thread = threading.Thread(
+        target=run_operator,
+        args=(config, [k8s_namespace]),
+        kwargs={
+            "stop_flag": stop,
+            "ready_flag": ready,
+            "admission": AdmissionServer(port, str(cert), str(key), addr="127.0.0.1"),
+        },
+        daemon=True,
+    )
+    thread.start()
+    name = f"trainjob-admission-{k8s_namespace}"
+    configuration = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [
+            {
+                "name": "validate.trainjob.dev",
+                "clientConfig": {
+                    "url": f"https://127.0.0.1:{port}{WEBHOOK_PATH}",
+                    "caBundle": base64.b64encode(ca).decode(),
+                },
+                "rules": [
+                    {
+                        "apiGroups": ["trainjob.dev"],
+                        "apiVersions": ["v1alpha1"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["trainjobs"],
+                        "scope": "Namespaced",
+                    }
+                ],
+                "namespaceSelector": {"matchLabels": label},
+                "failurePolicy": "Fail",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 10,
+            }
+        ],
+    }
+    status, answer = envtest.request("POST", WEBHOOKS, configuration)
+    assert status == 201, answer
+    try:
+        assert ready.wait(60), "operator did not become ready"
+        probe = _job(k8s_namespace, "probe", image="Not An Image")
+
+        def denied() -> bool:
+            code, reply = envtest.request("POST", TRAINJOBS.format(ns=k8s_namespace), probe)
+            assert code != 201, "an invalid TrainJob was admitted"
+            return isinstance(reply, dict) and DENIED in str(reply.get("message"))
+
+        # The API server picks the configuration up, and kopf starts its server, a moment later.
+        _wait_for("the API server to call the webhook", denied)
+        yield k8s_namespace
+    finally:
+        envtest.request("DELETE", f"{WEBHOOKS}/{name}")
+        stop.set()
+        thread.join(60)
+
+
+def _deep(levels: int) -> list[Any]:
+    outer: list[Any] = []
+    inner = outer
+    for _ in range(levels):
+        inner.append([])
+        inner = inner[0]
+    return outer
+
+
+INVALID = {
+    "tpu-topology": {"scaling": {"tpu": {"acceleratorType": "v6e", "topology": "4x2"}}},
+    "tpu-numWorkers": {
+        "scaling": {"numWorkers": 3, "tpu": {"acceleratorType": "v6e", "topology": "4x4"}}
+    },
+    "image": {"image": "registry.example.com/Team/Train:1"},
+    "gcs-empty-folder": {"storage": {"path": "gs://bucket//runs"}},
+    "cpu-zero": {"scaling": {"numWorkers": 2, "resourcesPerWorker": {"cpu": "0"}}},
+    "env-twice": {"env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]},
+    "two-problems": {
+        "image": "not an image",
+        "validation": {
+            "entrypoint": "examples.quickstart.train:validate",
+            "pool": {"minReplicas": 3, "maxReplicas": 1},
+        },
+    },
+    # 120 levels: the API server stores it, trainjob validate refuses it
+    "deep-config": {"config": {"a": _deep(120)}},
+}
+
+
+@pytest.mark.parametrize("case", sorted(INVALID))
+def test_invalid_trainjobs_are_denied_with_the_lines_of_trainjob_validate(
+    envtest: EnvTest, webhook: str, case: str
+) -> None:
+    body = _job(webhook, f"bad-{case.lower()}", **INVALID[case])
+    expected = _validate_lines(body)
+    if case == "deep-config":
+        # The same message and hint; trainjob validate stops the YAML parser there, so it
+        # names the line and column, the webhook (given JSON) the field path.
+        assert expected[0].startswith("line ")
+        with pytest.raises(ManifestError) as info:
+            parse_trainjob(body)
+        expected = [error.format() for error in info.value.errors]
+        assert expected[0].startswith("spec.config.a[0][0]")
+    assert expected, "trainjob validate accepts it"
+    status, reply = envtest.request("POST", TRAINJOBS.format(ns=webhook), body)
+    assert status == 422, reply
+    assert reply["message"] == DENIED + "; ".join(expected)
+
+
+def test_valid_trainjobs_are_admitted(envtest: EnvTest, webhook: str) -> None:
+    for path in sorted((REPO / "examples").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not isinstance(doc, dict) or doc.get("kind") != "TrainJob":
+                continue
+            doc["metadata"]["namespace"] = webhook
+            assert _validate_lines(doc) == []
+            status, reply = envtest.request("POST", TRAINJOBS.format(ns=webhook), doc)
+            assert status == 201, (path.name, reply)
+
+
+def test_spec_updates_are_validated_metadata_updates_are_not(
+    envtest: EnvTest, webhook: str
+) -> None:
+    url = TRAINJOBS.format(ns=webhook) + "/update-me"
+    status, reply = envtest.request(
+        "POST", TRAINJOBS.format(ns=webhook), _job(webhook, "update-me")
+    )
+    assert status == 201, reply
+    bad = {"spec": {"scaling": {"tpu": {"acceleratorType": "v6e", "topology": "4x2"}}}}
+    status, reply = envtest.request("PATCH", url, bad)
+    assert status == 422, reply
+    merged = _job(webhook, "update-me")
+    merged["spec"]["scaling"]["tpu"] = bad["spec"]["scaling"]["tpu"]
+    assert reply["message"] == DENIED + "; ".join(_validate_lines(merged))
+    status, reply = envtest.request("PATCH", url, {"metadata": {"labels": {"team": "a"}}})
+    assert status == 200, reply
+    assert reply["metadata"]["labels"] == {"team": "a"}
