@@ -205,7 +205,7 @@ def _deep(levels: int) -> list[Any]:
     return outer
 
 
-INVALID = {
+INVALID: dict[str, dict[str, Any]] = {
     "tpu-topology": {"scaling": {"tpu": {"acceleratorType": "v6e", "topology": "4x2"}}},
     "tpu-numWorkers": {
         "scaling": {"numWorkers": 3, "tpu": {"acceleratorType": "v6e", "topology": "4x4"}}
