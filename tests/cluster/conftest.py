@@ -1,0 +1,91 @@
+"""Fixtures of the cluster tier: :func:`node`, a real single-node Kubernetes cluster on containerd
+(:mod:`tests.support.node`) shared by every test marked ``node`` in one session.
+
+Provisioning (the Kubernetes binaries, the node's host side, the images built from the
+Dockerfile) happens once, right after collection and before any test runs, with live output
+(it takes minutes the first time, longer than a test's timeout), and only when a selected
+test is marked ``node``. It needs root on Debian bookworm; elsewhere these tests are skipped.
+``TRAINJOB_SKIP_NODE_TESTS=1`` (or ``TRAINJOB_SKIP_K8S_TESTS=1``) skips them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import EnvTestError, ensure_assets
+from tests.support.node import Image, Node, build_images, provision_host, unsupported_reason
+
+SKIP_ENVS = ("TRAINJOB_SKIP_NODE_TESTS", "TRAINJOB_SKIP_K8S_TESTS")
+NODE_IMAGES = ("operator", "examples", "fake-gcs")
+"""The images the node imports (the examples image holds the runtime image's layers)."""
+
+_provisioned: tuple[Path, Path, dict[str, Image]] | None = None
+_provision_error: str | None = None
+
+
+def _skip_reason() -> str | None:
+    for env in SKIP_ENVS:
+        if os.environ.get(env) == "1":
+            return f"{env}=1"
+    return unsupported_reason()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Provision the node (binaries, host side, images) when a ``node`` test was selected."""
+    global _provisioned, _provision_error
+    if session.config.option.collectonly or _skip_reason() is not None:
+        return
+    if not any(item.get_closest_marker("node") for item in session.items):
+        return
+    capman = session.config.pluginmanager.getplugin("capturemanager")
+    live = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
+    with live:
+        try:
+            assets = ensure_assets()
+            cache = provision_host()
+            images = build_images()
+            _provisioned = (assets, cache, images)
+        except EnvTestError as e:
+            _provision_error = str(e)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Keep each phase's report on the item (``item.rep_call``): fixtures dump the cluster's
+    state only when the test failed."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    setattr(item, f"rep_{report.when}", report)
+
+
+@pytest.fixture(scope="session")
+def node_provisioned() -> tuple[Path, Path, dict[str, Image]]:
+    """(Kubernetes binaries, the node's cache folder, the images built from the Dockerfile)."""
+    global _provisioned
+    reason = _skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    if _provision_error is not None:
+        pytest.fail(f"provisioning the node failed:\n{_provision_error}", pytrace=False)
+    if _provisioned is None:
+        _provisioned = (ensure_assets(), provision_host(), build_images())
+    return _provisioned
+
+
+@pytest.fixture(scope="session")
+def node_images(node_provisioned: tuple[Path, Path, dict[str, Image]]) -> dict[str, Image]:
+    """Key (``operator``, ``runtime``, ``examples``, ``fake-gcs``) -> the image built."""
+    return node_provisioned[2]
+
+
+@pytest.fixture(scope="session")
+def node(node_provisioned: tuple[Path, Path, dict[str, Image]]) -> Iterator[Node]:
+    """The running node (etcd, control plane, containerd, kubelet, kube-proxy, DNS)."""
+    assets, cache, images = node_provisioned
+    with Node(assets, cache, [images[key] for key in NODE_IMAGES]) as running:
+        yield running
