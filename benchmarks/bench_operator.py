@@ -62,11 +62,15 @@ from benchmarks import common
 
 NAME = "operator"
 NAMESPACE = "bench"
+#: Where the plain client of the bound creates its children (the operator does not watch it).
+BOUND_NAMESPACE = "bench-bound"
 NAME_LABEL = "trainjob.dev/name"
 CHILD_KINDS = {
     "Pod": "/api/v1/namespaces/{ns}/pods",
     "Service": "/api/v1/namespaces/{ns}/services",
     "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
+    "Secret": "/api/v1/namespaces/{ns}/secrets",
+    "NetworkPolicy": "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
     "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
     "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
 }
@@ -411,6 +415,62 @@ def request_costs(env: Any, api: Api, repeats: int = 10) -> dict[str, Any]:
     }
 
 
+def bound(api: Api, template: dict[str, Any], jobs: int, concurrency: int) -> dict[str, Any]:
+    """The physical bound of the operator's create throughput on this API server.
+
+    The children the operator's renderer makes for ``jobs`` TrainJobs of ``template``
+    (rendered before the clock starts) POSTed by a plain client with ``concurrency`` threads
+    (one kept-alive connection each) into :data:`BOUND_NAMESPACE`: first every non-Pod child,
+    then every Pod (a Pod names its ServiceAccount, which must exist). No reads, no status
+    writes, no Events, no rendering: what the operator does beyond the creates is its cost
+    over this bound.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from trainjob_operator.api import parse_trainjob
+    from trainjob_operator.kube import resource_path
+    from trainjob_operator.render import render_for_reconcile
+
+    waves: list[list[tuple[str, dict[str, Any]]]] = [[], []]
+    for i in range(jobs):
+        obj = _job_body(f"bound-{i:04d}", template)
+        obj["metadata"]["namespace"] = BOUND_NAMESPACE
+        obj["metadata"]["uid"] = f"bound-uid-{i:04d}"
+        for child in render_for_reconcile(parse_trainjob(obj), obj["metadata"]["uid"], 0, 0):
+            child = dict(child)
+            # The owner (a TrainJob that does not exist here) would be garbage collected.
+            child["metadata"] = {
+                k: v for k, v in child["metadata"].items() if k != "ownerReferences"
+            }
+            child["metadata"]["namespace"] = BOUND_NAMESPACE
+            path = resource_path(child["kind"], BOUND_NAMESPACE)
+            waves[child["kind"] == "Pod"].append((path, child))
+
+    def post(item: tuple[str, dict[str, Any]]) -> float:
+        sent = time.perf_counter()
+        status, body = api.request("POST", item[0], item[1])
+        if status != 201:
+            raise RuntimeError(f"bound: POST {item[0]}: HTTP {status}: {body}")
+        return time.perf_counter() - sent
+
+    latencies: list[float] = []
+    with ThreadPoolExecutor(concurrency, thread_name_prefix="bound") as pool:
+        t0 = time.perf_counter()
+        for wave in waves:
+            latencies.extend(pool.map(post, wave))
+        span = time.perf_counter() - t0
+    n = sum(len(w) for w in waves)
+    return {
+        "jobs": jobs,
+        "concurrency": concurrency,
+        "creates": n,
+        "span_s": span,
+        "creates_per_s": n / span,
+        "jobs_per_s": jobs / span,
+        "post_ms_p50": common.median(latencies) * 1e3,
+    }
+
+
 def expected_children(template: dict[str, Any]) -> dict[str, int]:
     """What the operator's renderer makes for one TrainJob of this manifest, by kind."""
     from trainjob_operator.api import parse_trainjob
@@ -515,6 +575,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         if status != 201:
             raise RuntimeError(f"create namespace: HTTP {status}: {body}")
+        status, body = api.request(
+            "POST",
+            "/api/v1/namespaces",
+            {"metadata": {"name": BOUND_NAMESPACE}, "kind": "Namespace"},
+        )
+        if status != 201:
+            raise RuntimeError(f"create namespace: HTTP {status}: {body}")
         tracker = Tracker(n_children)
         watches = [
             Watch(api, p.format(ns=NAMESPACE), {"labelSelector": NAME_LABEL}, tracker.on_child(k))
@@ -554,6 +621,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             marks["burst_end"] = time.time()
             phases.append({**phase_figures(tracker, burst, "burst"), **sub, "all_done": ok})
             print(_phase_line(phases[-1]), flush=True)
+            # The bound: the same children for as many TrainJobs, by a plain concurrent client,
+            # on the same API server, right after the burst (the operator is idle again).
+            wait_quiet(metrics_port, args.timeout_s)
+            marks["bound_start"] = time.time()
+            result["bound"] = bound(api, template, args.jobs, args.bound_concurrency)
+            marks["bound_end"] = time.time()
+            rate = phases[-1]["jobs_per_s"]
+            result["bound"]["operator_ratio"] = (
+                rate / result["bound"]["jobs_per_s"] if rate else None
+            )
+            print(
+                f"[operator] bound: {result['bound']['creates']} creates by "
+                f"{args.bound_concurrency} threads in {result['bound']['span_s']:.2f} s = "
+                f"{result['bound']['jobs_per_s']:.1f} TrainJobs/s "
+                f"({result['bound']['creates_per_s']:.0f} creates/s); the operator's burst is "
+                f"{common.fmt(result['bound']['operator_ratio'], 3)} of it",
+                flush=True,
+            )
             # 3. scale up to --total, then steady state
             more = [f"scale-{i:04d}" for i in range(max(0, args.total - len(seq) - len(burst)))]
             marks["scale_start"] = time.time()
@@ -663,13 +748,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--quick", action="store_true", help="smaller phases")
     parser.add_argument("--sequential", type=int, help="one-at-a-time TrainJobs (20; 5 quick)")
     parser.add_argument("--jobs", type=int, help="TrainJobs in the burst (200; 100 quick)")
-    parser.add_argument("--total", type=int, help="TrainJobs at the end (500; 250 quick)")
+    parser.add_argument("--total", type=int, help="TrainJobs at the end (1000; 250 quick)")
     parser.add_argument("--settle-s", type=float, help="steady state at --total (30 s; 10 quick)")
     parser.add_argument("--timeout-s", type=float, default=600.0, help="per phase")
+    parser.add_argument(
+        "--bound-concurrency", type=int, default=8, help="threads of the bound's plain client"
+    )
     args = parser.parse_args(argv)
     args.sequential = args.sequential if args.sequential is not None else (5 if args.quick else 20)
     args.jobs = args.jobs if args.jobs is not None else (100 if args.quick else 200)
-    args.total = args.total if args.total is not None else (250 if args.quick else 500)
+    args.total = args.total if args.total is not None else (250 if args.quick else 1000)
     args.settle_s = args.settle_s if args.settle_s is not None else (10.0 if args.quick else 30.0)
 
     common.setup_paths()
@@ -686,6 +774,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "jobs": args.jobs,
             "total": args.total,
             "settle_s": args.settle_s,
+            "bound_concurrency": args.bound_concurrency,
             "manifest": str(MANIFEST.relative_to(common.REPO_ROOT)),
             "timer_interval_s": 5.0,
             "controller_manager": False,

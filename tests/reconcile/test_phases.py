@@ -369,14 +369,18 @@ def test_execute_plan_writes_the_status_once_after_the_children() -> None:
 def test_execute_plan_turns_a_rejected_child_into_one_failure() -> None:
     obj = _trainjob_object()
     plan = plan_reconcile(_job(), {}, [], _desired(), NOW, generation=1)
-    client = FakeClient(reject=frozenset({"tj-w0"}))
+    plan.create.insert(0, {"kind": "Service", "metadata": {"name": "tj-head-svc"}})
+    client = FakeClient(reject=frozenset({"tj-w0", "tj-head-svc"}))
     execute_plan(client, obj, plan, NOW)  # type: ignore[arg-type]
-    assert ("create", "tj-w1") not in client.calls  # nothing after the rejected child
+    # The first wave (every non-Pod child) was rejected: no Pod of the next wave is created.
+    assert [c for c in client.calls if c[0] == "create"] == []
     (status_patch,) = [c[2]["status"] for c in client.calls if c[0] == "patch"]
     assert status_patch["phase"] == "Failed"
     failed = next(c for c in status_patch["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "InvalidChild" and failed["observedGeneration"] == 1
-    assert "the API server rejected Pod tj-w0: tj-w0 is invalid" in failed["message"]
+    assert (
+        "the API server rejected Service tj-head-svc: tj-head-svc is invalid" in (failed["message"])
+    )
     assert [c[1] for c in client.calls if c[0] == "event"] == [
         "Created",
         "Starting",

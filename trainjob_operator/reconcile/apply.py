@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from trainjob_operator.api.errors import ManifestError
@@ -46,6 +47,52 @@ CHILD_KINDS = (
 )
 #: Longest Event message posted (the API server keeps it; kubectl describe shows it).
 EVENT_MESSAGE_LIMIT = 2048
+#: Creates of one reconcile in flight at once. Each create waits mostly on the API server's
+#: etcd write, not on this process's CPU: sent one after another, a TrainJob's ten children
+#: took ten round trips (the measured bound, ``benchmarks/bench_operator.py``, is a concurrent
+#: client). The threads are shared by every reconcile and keep their kept-alive connections
+#: (``KubeClient`` holds one per thread).
+CREATE_CONCURRENCY = 8
+_create_pool: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _create_pool
+    if _create_pool is None:
+        _create_pool = ThreadPoolExecutor(CREATE_CONCURRENCY, thread_name_prefix="trainjob-create")
+    return _create_pool
+
+
+def create_waves(manifests: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """``manifests`` in the order they can be sent concurrently: every child that is not a Pod
+    first (a Pod names its ServiceAccount, which the API server's admission looks up), then
+    the Pods; each wave in the plan's order."""
+    others = [m for m in manifests if m.get("kind") != "Pod"]
+    pods = [m for m in manifests if m.get("kind") == "Pod"]
+    return [wave for wave in (others, pods) if wave]
+
+
+def create_children(
+    client: KubeClient, namespace: str, manifests: list[dict[str, Any]]
+) -> tuple[dict[str, Any], ApiError] | None:
+    """Create ``manifests`` (409, already exists, is success), each wave of
+    :func:`create_waves` concurrently; returns the first child in the plan's order the API
+    server rejected as invalid (422) with its error, and creates no later wave then. Any other
+    error is raised (the first in the plan's order) once the wave's requests are done."""
+    for wave in create_waves(manifests):
+        futures: list[Future[Any]] = [_pool().submit(client.create, m, namespace) for m in wave]
+        results = [f.exception() for f in futures]
+        rejected: tuple[dict[str, Any], ApiError] | None = None
+        for manifest, error in zip(wave, results, strict=True):
+            if error is None:
+                continue
+            if isinstance(error, ApiError) and error.status == 422:
+                rejected = rejected or (manifest, error)
+                continue
+            raise error
+        if rejected is not None:
+            return rejected
+    return None
 
 
 def _now() -> dt.datetime:
@@ -100,16 +147,12 @@ def execute_plan(client: KubeClient, obj: dict[str, Any], plan: Plan, now: dt.da
     namespace, name = meta["namespace"], meta["name"]
     for kind, child in plan.delete:
         client.delete(kind, namespace, child)
-    for manifest in plan.create:
-        try:
-            client.create(manifest, namespace)  # 409 (already exists) is success
-        except ApiError as exc:
-            if exc.status != 422:
-                raise
-            # Invalid: the plan fails the job (once; the next reconcile, phase Failed,
-            # deletes what was created) and nothing more is created.
-            plan.fail_rejected_child(manifest, exc.body, now)
-            break
+    rejected = create_children(client, namespace, plan.create)
+    if rejected is not None:
+        # Invalid: the plan fails the job (once; the next reconcile, phase Failed, deletes
+        # what was created) and no later wave is created.
+        manifest, exc = rejected
+        plan.fail_rejected_child(manifest, exc.body, now)
     if plan.delete_trainjob:
         client.delete(KIND, namespace, name)
     else:
@@ -154,9 +197,12 @@ def reconcile_trainjob(
 
 
 __all__ = [
+    "CREATE_CONCURRENCY",
     "NAME_LABEL",
     "OPERATOR_STATUS_KEYS",
     "Renderer",
+    "create_children",
+    "create_waves",
     "execute_plan",
     "invalid_child_message",
     "post_event",

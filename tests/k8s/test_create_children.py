@@ -1,0 +1,98 @@
+"""The reconciler's concurrent creates (:func:`create_children`) on a real kube-apiserver."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support import EnvTest
+from trainjob_operator.api import parse_trainjob
+from trainjob_operator.kube import KubeClient, KubeConfig
+from trainjob_operator.reconcile.apply import CHILD_KINDS, create_children, create_waves
+from trainjob_operator.render import render_for_reconcile
+
+REPO = Path(__file__).resolve().parents[2]
+QUICKSTART = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
+
+
+@pytest.fixture
+def kube(envtest: EnvTest) -> KubeClient:
+    return KubeClient(
+        KubeConfig(host=envtest.host, token=envtest.token, ca_file=str(envtest.ca_file))
+    )
+
+
+def _children(namespace: str, name: str) -> list[dict]:
+    body = copy.deepcopy(QUICKSTART)
+    body["metadata"] = {"name": name, "namespace": namespace, "uid": f"{name}-uid"}
+    out = []
+    for child in render_for_reconcile(parse_trainjob(body), f"{name}-uid", 0, 0):
+        child = copy.deepcopy(child)
+        # No TrainJob owns them here (the garbage collector would delete them).
+        child["metadata"].pop("ownerReferences", None)
+        out.append(child)
+    return out
+
+
+def _existing(kube: KubeClient, namespace: str, name: str) -> set[tuple[str, str]]:
+    kinds = [*CHILD_KINDS, "Secret"]
+    return {
+        (kind, obj["metadata"]["name"])
+        for kind in kinds
+        for obj in kube.list(kind, namespace, f"trainjob.dev/name={name}")
+    }
+
+
+def test_waves_put_every_pod_after_every_other_child() -> None:
+    children = _children("ns", "tj")
+    waves = create_waves(children)
+    assert [m["kind"] for m in waves[-1]] == ["Pod"] * len(waves[-1])
+    assert all(m["kind"] != "Pod" for wave in waves[:-1] for m in wave)
+    assert sorted(map(id, (m for w in waves for m in w))) == sorted(map(id, children))
+
+
+def test_all_children_are_created_concurrently_and_again_is_a_no_op(
+    kube: KubeClient, k8s_namespace: str
+) -> None:
+    children = _children(k8s_namespace, "tj")
+    assert create_children(kube, k8s_namespace, children) is None
+    expected = {(m["kind"], m["metadata"]["name"]) for m in children}
+    assert _existing(kube, k8s_namespace, "tj") == expected
+    uids = {
+        obj["metadata"]["name"]: obj["metadata"]["uid"]
+        for obj in kube.list("Pod", k8s_namespace, "trainjob.dev/name=tj")
+    }
+    # Everything exists: every create is a 409, which is success; nothing is replaced.
+    assert create_children(kube, k8s_namespace, children) is None
+    assert {
+        obj["metadata"]["name"]: obj["metadata"]["uid"]
+        for obj in kube.list("Pod", k8s_namespace, "trainjob.dev/name=tj")
+    } == uids
+
+
+def test_a_rejected_pod_is_returned_and_the_others_are_created(
+    kube: KubeClient, k8s_namespace: str
+) -> None:
+    children = _children(k8s_namespace, "bad")
+    pods = [m for m in children if m["kind"] == "Pod"]
+    bad = pods[1]
+    bad["spec"]["containers"][0]["name"] = "Not_A_DNS_Label"
+    rejected = create_children(kube, k8s_namespace, children)
+    assert rejected is not None
+    manifest, error = rejected
+    assert manifest is bad and error.status == 422
+    assert "Not_A_DNS_Label" in str(error.body)
+    expected = {(m["kind"], m["metadata"]["name"]) for m in children if m is not bad}
+    assert _existing(kube, k8s_namespace, "bad") == expected
+
+
+def test_a_rejected_first_wave_creates_no_pod(kube: KubeClient, k8s_namespace: str) -> None:
+    children = _children(k8s_namespace, "bad-sa")
+    account = next(m for m in children if m["kind"] == "ServiceAccount")
+    account["metadata"]["name"] = "Not_A_Name"
+    rejected = create_children(kube, k8s_namespace, children)
+    assert rejected is not None and rejected[0] is account and rejected[1].status == 422
+    assert not kube.list("Pod", k8s_namespace, "trainjob.dev/name=bad-sa")
