@@ -22,17 +22,20 @@ OPERATOR_RULES: list[dict[str, Any]] = [
         "verbs": ["get", "list", "watch", "patch", "delete"],
     },
     {"apiGroups": ["trainjob.dev"], "resources": ["trainjobs/status"], "verbs": ["get", "patch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch", "create", "delete"]},
+    {"apiGroups": [""], "resources": ["services", "serviceaccounts"], "verbs": ["list", "create"]},
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
     {
-        "apiGroups": [""],
-        "resources": ["pods", "services", "serviceaccounts", "configmaps"],
-        "verbs": ["get", "list", "watch", "create", "delete", "patch"],
+        "apiGroups": ["networking.k8s.io"],
+        "resources": ["networkpolicies"],
+        "verbs": ["list", "create"],
     },
     {
         "apiGroups": ["rbac.authorization.k8s.io"],
         "resources": ["roles", "rolebindings"],
-        "verbs": ["get", "list", "watch", "create", "delete", "patch"],
+        "verbs": ["list", "create"],
     },
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
 ]
 #: kopf's resource observer (cluster-wide mode, and the optional scanning ClusterRole).
 CRD_OBSERVER_RULE: dict[str, Any] = {

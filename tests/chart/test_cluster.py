@@ -68,6 +68,8 @@ RESOURCES: dict[str, tuple[str, bool]] = {
     "ClusterRole": ("clusterroles", False),
     "ClusterRoleBinding": ("clusterrolebindings", False),
     "ServiceMonitor": ("servicemonitors", True),
+    "Secret": ("secrets", True),
+    "ValidatingWebhookConfiguration": ("validatingwebhookconfigurations", False),
 }
 
 
@@ -219,24 +221,27 @@ def wait_until_allowed(
 OPERATOR_NEEDS: list[tuple[str, str, str]] = [
     *((v, "trainjobs", "trainjob.dev") for v in ("get", "list", "watch", "patch", "delete")),
     *((v, "trainjobs/status", "trainjob.dev") for v in ("get", "patch")),
-    *(
-        (v, r, "")
-        for r in ("pods", "services", "serviceaccounts", "configmaps")
-        for v in ("get", "list", "watch", "create", "delete", "patch")
-    ),
+    *((v, "pods", "") for v in ("list", "watch", "create", "delete")),
+    *((v, r, "") for r in ("services", "serviceaccounts") for v in ("list", "create")),
+    ("create", "secrets", ""),
+    *((v, "networkpolicies", "networking.k8s.io") for v in ("list", "create")),
     *(
         (v, r, "rbac.authorization.k8s.io")
         for r in ("roles", "rolebindings")
-        for v in ("get", "list", "watch", "create", "delete", "patch")
+        for v in ("list", "create")
     ),
     ("create", "events", ""),
-    ("patch", "events", ""),
 ]
 #: (verb, resource, group) the operator must not be able to do, in a watched namespace.
 OPERATOR_MUST_NOT: list[tuple[str, str, str]] = [
     ("get", "secrets", ""),
     ("list", "secrets", ""),
-    ("create", "secrets", ""),
+    ("watch", "secrets", ""),
+    ("patch", "pods", ""),
+    ("get", "configmaps", ""),
+    ("create", "configmaps", ""),
+    ("delete", "services", ""),
+    ("patch", "rolebindings", "rbac.authorization.k8s.io"),
     ("create", "trainjobs", "trainjob.dev"),
     ("update", "trainjobs", "trainjob.dev"),
     ("update", "trainjobs/status", "trainjob.dev"),

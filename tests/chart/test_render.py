@@ -66,7 +66,7 @@ def test_lint_passes(values: dict[str, Any] | None) -> None:
 
 
 def test_lint_reports_values_the_schema_rejects() -> None:
-    report = helm.lint(CHART_DIR, {"replicaCount": 2}, strict=True)
+    report = helm.lint(CHART_DIR, {"replicaCount": -1}, strict=True)
     assert any("/replicaCount" in e for e in report["errors"])
 
 
@@ -91,8 +91,14 @@ def test_default_objects() -> None:
         ("ClusterRoleBinding", "tjo-trainjob-operator", None),
         ("ConfigMap", "tjo-trainjob-operator-defaults", "ops"),
         ("Deployment", "tjo-trainjob-operator", "ops"),
+        ("PodDisruptionBudget", "tjo-trainjob-operator", "ops"),
+        ("Role", "tjo-trainjob-operator-leader-election", "ops"),
+        ("RoleBinding", "tjo-trainjob-operator-leader-election", "ops"),
+        ("Secret", "tjo-trainjob-operator-webhook-tls", "ops"),
         ("Service", "tjo-trainjob-operator-metrics", "ops"),
+        ("Service", "tjo-trainjob-operator-webhook", "ops"),
         ("ServiceAccount", "tjo-trainjob-operator", "ops"),
+        ("ValidatingWebhookConfiguration", "tjo-trainjob-operator", None),
     ]
     for obj in objects:
         labels = obj["metadata"]["labels"]
@@ -114,8 +120,11 @@ def test_deployment() -> None:
     objects = render()
     deployment = one(objects, "Deployment")
     spec = deployment["spec"]
-    assert spec["replicas"] == 1
-    assert spec["strategy"] == {"type": "Recreate"}
+    assert spec["replicas"] == 2  # leader election: one leads, one on standby
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 1},
+    }
     selector = spec["selector"]["matchLabels"]
     assert selector == {
         "app.kubernetes.io/name": "trainjob-operator",
@@ -147,6 +156,13 @@ def test_deployment() -> None:
         "seccompProfile": {"type": "RuntimeDefault"},
     }
     assert main["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert main["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert main["args"][:4] == [
+        "--leader-elect",
+        "--lease-name=trainjob-operator",
+        "--health-port=8080",
+        "--metrics-port=9090",
+    ]
     ports = {p["name"]: p["containerPort"] for p in main["ports"]}
     assert ports == {"health": 8080, "metrics": 9090}
     assert main["resources"] == {
@@ -195,12 +211,15 @@ def test_cluster_wide_rbac() -> None:
     assert all_of(objects, "Role") == [] and all_of(objects, "RoleBinding") == []
 
 
-def test_no_rule_grants_wildcards_secrets_or_escalation() -> None:
+def test_no_rule_grants_wildcards_secret_reads_or_escalation() -> None:
     for values in (None, CUSTOM, {**CUSTOM, "rbac": {"clusterScanning": False}}):
         for obj in render(values):
             for rule in obj.get("rules", []):
                 assert "*" not in [*rule["verbs"], *rule["resources"], *rule["apiGroups"]]
-                assert "secrets" not in rule["resources"]
+                # Secrets: create only (each job's Ray token); never read.
+                if "secrets" in rule["resources"]:
+                    assert rule["resources"] == ["secrets"] and rule["verbs"] == ["create"]
+                assert not ({"pods"} & set(rule["resources"]) and "patch" in rule["verbs"])
                 assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
                 if not obj["metadata"]["name"].endswith("-edit"):  # the users' aggregated role
                     assert "update" not in rule["verbs"]
@@ -208,7 +227,7 @@ def test_no_rule_grants_wildcards_secrets_or_escalation() -> None:
 
 def test_metrics_service() -> None:
     objects = render()
-    service = one(objects, "Service")
+    service = one(objects, "Service", "tjo-trainjob-operator-metrics")
     assert service["spec"]["type"] == "ClusterIP"
     assert (
         service["spec"]["selector"] == one(objects, "Deployment")["spec"]["selector"]["matchLabels"]
@@ -254,6 +273,15 @@ def test_defaults_configmap_is_passed_as_env() -> None:
         "TRAINJOB_DEFAULT_TPU_TOLERATIONS": "[]",
         "TRAINJOB_DEFAULT_VALIDATION_NODE_SELECTOR": "{}",
         "TRAINJOB_DEFAULT_VALIDATION_TOLERATIONS": "[]",
+        "TRAINJOB_ALLOWED_VOLUME_TYPES": json.dumps(
+            [
+                *("configMap", "secret", "emptyDir", "persistentVolumeClaim"),
+                *("projected", "downwardAPI", "csi", "ephemeral"),
+            ],
+            separators=(",", ":"),
+        ),
+        "TRAINJOB_READ_ONLY_ROOT_FILESYSTEM": "true",
+        "TRAINJOB_MAX_PODS_PER_JOB": "2000",
     }
     custom = render(CUSTOM)
     data = one(custom, "ConfigMap")["data"]
@@ -376,7 +404,7 @@ def test_service_monitor() -> None:
     monitor = one(objects, "ServiceMonitor")
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert monitor["metadata"]["labels"]["release"] == "prom"
-    service = one(objects, "Service")
+    service = one(objects, "Service", "tjo-trainjob-operator-metrics")
     assert monitor["spec"]["selector"]["matchLabels"].items() <= (
         service["metadata"]["labels"].items()
     )
@@ -391,13 +419,54 @@ def test_without_rbac_and_with_an_existing_service_account() -> None:
     assert kinds(objects) == [
         ("ConfigMap", "tjo-trainjob-operator-defaults", "ops"),
         ("Deployment", "tjo-trainjob-operator", "ops"),
+        ("Secret", "tjo-trainjob-operator-webhook-tls", "ops"),
         ("Service", "tjo-trainjob-operator-metrics", "ops"),
+        ("Service", "tjo-trainjob-operator-webhook", "ops"),
+        ("ValidatingWebhookConfiguration", "tjo-trainjob-operator", None),
     ]
     assert one(objects, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "x"
 
 
 def test_replicas_zero_pauses() -> None:
     assert one(render({"replicaCount": 0}), "Deployment")["spec"]["replicas"] == 0
+
+
+def test_leader_election_rbac_and_disruption_budget() -> None:
+    objects = render({"replicaCount": 3})
+    role = one(objects, "Role")
+    assert role["metadata"]["namespace"] == "ops"
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["trainjob-operator"],
+            "verbs": ["get", "update"],
+        },
+    ]
+    binding = one(objects, "RoleBinding")
+    assert binding["subjects"][0]["name"] == "tjo-trainjob-operator"
+    pdb = one(objects, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "trainjob-operator",
+        "app.kubernetes.io/instance": "tjo",
+    }
+    assert one(objects, "Deployment")["spec"]["replicas"] == 3
+    # A single replica gets no budget (it would block every drain).
+    assert not [o for o in render({"replicaCount": 1}) if o["kind"] == "PodDisruptionBudget"]
+
+
+def test_without_leader_election_one_replica_recreated() -> None:
+    objects = render({"replicaCount": 1, "leaderElection": {"enabled": False}})
+    deployment = one(objects, "Deployment")
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    main = container(objects)
+    assert main["args"][0] == "--liveness=http://0.0.0.0:8080/healthz"
+    assert "readinessProbe" not in main
+    assert not [o for o in objects if o["kind"] in ("PodDisruptionBudget", "Role")]
+    with pytest.raises(Exception, match="needs leaderElection.enabled"):
+        render({"replicaCount": 2, "leaderElection": {"enabled": False}})
 
 
 def test_extra_env_and_pod_metadata() -> None:
@@ -449,6 +518,9 @@ BAD_VALUES: list[tuple[dict[str, Any], str]] = [
     ({"serviceAccount": {"create": False}}, "/serviceAccount/name"),
     ({"rbac": {"create": "true"}}, "/rbac/create"),
     ({"extraEnv": [{"value": "x"}]}, "/extraEnv/0"),
+    ({"podSecurity": {"allowedVolumeTypes": "hostPath"}}, "/podSecurity/allowedVolumeTypes"),
+    ({"podSecurity": {"readOnlyRootFilesystem": "no"}}, "/podSecurity/readOnlyRootFilesystem"),
+    ({"limits": {"maxPodsPerTrainJob": 0}}, "/limits/maxPodsPerTrainJob"),
 ]
 
 
@@ -471,6 +543,8 @@ def test_schema_rejects(values: dict[str, Any], where: str) -> None:
         {"serviceAccount": {"create": True, "name": "custom"}},
         {"image": {"repository": "localhost:5000/tjo", "tag": "dev"}},
         {"serviceMonitor": {"interval": "1m30s"}},
+        {"podSecurity": {"allowedVolumeTypes": ["secret", "nfs"], "readOnlyRootFilesystem": False}},
+        {"limits": {"maxPodsPerTrainJob": 10000}},
     ],
     ids=json.dumps,
 )

@@ -80,20 +80,36 @@ namespace (Role). Every rule names the code that needs it.
 - apiGroups: ["trainjob.dev"]
   resources: ["trainjobs/status"]
   verbs: ["get", "patch"]
-# Children of a TrainJob (head, worker, validation and driver Pods, the headless Service, the
-# driver's ServiceAccount; ConfigMaps are among the kinds the reconciler reads and cleans up):
-# read by label (list), kopf watches the managed Pods, created, deleted and replaced.
+# Pods of a TrainJob (head, workers, validation pool, driver): read by label (list), watched
+# by kopf (an event handler: it never patches them), created, deleted and replaced (delete,
+# then create: never patched, so the operator cannot swap the image of a running pod).
 - apiGroups: [""]
-  resources: ["pods", "services", "serviceaccounts", "configmaps"]
-  verbs: ["get", "list", "watch", "create", "delete", "patch"]
-# The driver's per-job Role and RoleBinding (trainjobs/status of that one job).
+  resources: ["pods"]
+  verbs: ["list", "watch", "create", "delete"]
+# The headless Service and the driver's ServiceAccount: read by label and created (never
+# changed; the garbage collector deletes them with the TrainJob).
+- apiGroups: [""]
+  resources: ["services", "serviceaccounts"]
+  verbs: ["list", "create"]
+# Each job's Ray token Secret (<job>-ray-auth): created, never read (no get/list: the operator
+# cannot read the namespace's Secrets; the reconciler re-creates it and takes 409 as "exists"),
+# and deleted with the TrainJob by the garbage collector (owner reference).
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["create"]
+# Each job's NetworkPolicy (<job>-ray: only the job's pods reach the job's pods).
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["list", "create"]
+# The driver's per-job Role and RoleBinding (trainjobs/status of that one job): read by label
+# and created, like the Service.
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
-  verbs: ["get", "list", "watch", "create", "delete", "patch"]
+  verbs: ["list", "create"]
 # Events: the reconciler's transitions and kopf's own handler events (both POST core/v1 events).
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "patch"]
+  verbs: ["create"]
 {{- end }}
 
 {{/*
