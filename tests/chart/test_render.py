@@ -164,7 +164,7 @@ def test_deployment() -> None:
         "--metrics-port=9090",
     ]
     ports = {p["name"]: p["containerPort"] for p in main["ports"]}
-    assert ports == {"health": 8080, "metrics": 9090}
+    assert ports == {"health": 8080, "metrics": 9090, "webhook": 9443}
     assert main["resources"] == {
         "requests": {"cpu": "100m", "memory": "256Mi"},
         "limits": {"memory": "512Mi"},
