@@ -255,7 +255,8 @@ def test_rendering_does_not_mutate_the_job() -> None:
     job = example("tpu-v6e-4x4.yaml")
     before = copy.deepcopy(job.model_dump())
     children = _render(job)
-    children[7]["spec"]["nodeSelector"]["x"] = "y"
+    [worker, *_] = [c for c in children if c["metadata"]["name"].endswith("-s0-h0")]
+    worker["spec"]["nodeSelector"]["x"] = "y"
     assert job.model_dump() == before
     assert _render(job) != children
 
@@ -301,8 +302,12 @@ def test_spec_hash_changes_only_where_the_spec_does() -> None:
     ) == {("Pod", "job-w0"), ("Pod", "job-w1"), ("Pod", "job-driver")}
     assert _changed(base, _render(_spec(), attempt=1)) == pods
     storage = _render(_spec(storage={"path": "gs://bucket/x", "serviceAccountName": "sa"}))
-    assert ("RoleBinding", "job-driver") in _changed(base, storage)
-    assert ("Role", "job-driver") not in _changed(base, storage)
+    # The storage account changes who the pods run as, never the driver's RBAC; the driver
+    # gets its per-job account's token from a Secret of its own.
+    token = ("Secret", "job-driver-token")
+    assert token in _hashes(storage) and token not in _hashes(base)
+    storage = [c for c in storage if (c["kind"], c["metadata"]["name"]) != token]
+    assert _changed(base, storage) == pods - {("Pod", "job-head")}  # the head: no identity
 
 
 def test_validation_pool_size_does_not_touch_existing_pods() -> None:

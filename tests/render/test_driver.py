@@ -18,6 +18,7 @@ from trainjob_operator.render import (
     SPEC_HASH_ANNOTATION,
     driver_manifest,
     driver_manifest_json,
+    render_children,
     render_driver_pod,
 )
 
@@ -121,6 +122,32 @@ def test_oversized_spec_is_rejected() -> None:
 def test_driver_runs_as_storage_service_account_when_set() -> None:
     pod = render_driver_pod(example("tpu-v6e-4x4.yaml"), uid=UID)
     assert pod["spec"]["serviceAccountName"] == "trainjob-gcs"
+    # ...with the per-job account's API token, never the storage account's.
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    assert {
+        "name": "driver-api-token",
+        "secret": {"secretName": "llm-v6e-4x4-driver-token", "defaultMode": 0o440},
+    } in pod["spec"]["volumes"]
+    assert {
+        "name": "driver-api-token",
+        "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+        "readOnly": True,
+    } in container(pod)["volumeMounts"]
+    children = render_children(example("tpu-v6e-4x4.yaml"), uid=UID)
+    [token] = [c for c in children if c["metadata"]["name"] == "llm-v6e-4x4-driver-token"]
+    assert token["type"] == "kubernetes.io/service-account-token"
+    assert token["metadata"]["annotations"]["kubernetes.io/service-account.name"] == (
+        "llm-v6e-4x4-driver"
+    )
+    names = [c["metadata"]["name"] for c in children if c["kind"] != "Pod"]
+    assert names.index("llm-v6e-4x4-driver") < names.index("llm-v6e-4x4-driver-token")
+    # Without a storage account: the per-job account, its token mounted by the kubelet.
+    plain = render_driver_pod(make_job(), uid=UID)
+    assert plain["spec"]["serviceAccountName"] == "job-driver"
+    assert "automountServiceAccountToken" not in plain["spec"]
+    assert "job-driver-token" not in [
+        c["metadata"]["name"] for c in render_children(make_job(), uid=UID)
+    ]
 
 
 def test_local_mode_driver_gets_worker_resources() -> None:

@@ -77,13 +77,13 @@ def test_role_binding_to_the_per_job_account() -> None:
     }
 
 
-def test_role_binding_also_binds_the_storage_account_the_driver_runs_as() -> None:
+def test_the_storage_account_gets_no_rights_on_the_trainjob() -> None:
+    # The storage account may be shared by other jobs: the per-job account alone is bound.
     job = example("tpu-v6e-4x4.yaml")
     assert driver_service_account_name(job) == "trainjob-gcs"
     binding = render_driver_role_binding(job, uid=UID)
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "llm-v6e-4x4-driver", "namespace": "training"},
-        {"kind": "ServiceAccount", "name": "trainjob-gcs", "namespace": "training"},
     ]
 
 

@@ -123,7 +123,8 @@ def test_tpu_example_manifest() -> None:
     for pod in pods:
         assert pod["metadata"]["namespace"] == "training"
         assert pod["spec"]["serviceAccountName"] == "trainjob-gcs"
-        assert "automountServiceAccountToken" not in pod["spec"]
+        # Workers do not call the API server: no token (Workload Identity needs none).
+        assert pod["spec"]["automountServiceAccountToken"] is False
         assert env(pod)["TPU_WORKER_HOSTNAMES"].split(",") == [
             f"llm-v6e-4x4-s0-h{i}.llm-v6e-4x4-headless" for i in range(4)
         ]

@@ -13,6 +13,7 @@ from trainjob_operator.render.driver import (
     driver_role,
     driver_role_binding,
     driver_service_account,
+    driver_token_secret,
 )
 from trainjob_operator.render.hashing import child_key
 from trainjob_operator.render.head import head_pod, headless_service
@@ -87,6 +88,7 @@ def render_children(
         driver_service_account(ctx),
         driver_role(ctx),
         driver_role_binding(ctx),
+        *[s for s in (driver_token_secret(ctx),) if s is not None],
         ray_auth_secret(ctx),
         network_policy(ctx),
         headless_service(ctx),

@@ -24,12 +24,16 @@ Design choices:
   ``ttlSecondsAfterFinished`` or ``suspend`` does not change the driver's spec hash.
 - **ServiceAccount.** The per-job ServiceAccount ``<job>-driver`` is bound to a Role that allows
   only ``get``/``patch`` of ``trainjobs/status`` and ``get`` of ``trainjobs``, both restricted to
-  this job (``resourceNames``). When ``spec.storage.serviceAccountName`` is set (Workload
-  Identity for GCS) the driver must run as that account, because it writes the checkpoint
-  manifest and deletes evicted checkpoints; the RoleBinding then also binds the Role to that
-  account (a pod has a single identity). The binding is owned by the TrainJob and goes away with
-  it. The per-job ServiceAccount is rendered either way, so the set of children does not depend
-  on storage settings.
+  this job (``resourceNames``); nothing else is ever bound to it. When
+  ``spec.storage.serviceAccountName`` is set (Workload Identity for GCS) the driver runs as
+  that account, because it writes the checkpoint manifest and deletes evicted checkpoints, but
+  its Kubernetes rights stay the per-job account's: the storage account gets no binding, the
+  pod mounts no token of it (``automountServiceAccountToken: false``; GKE's metadata server
+  identifies the pod by its account, not by a token), and the Secret ``<job>-driver-token``
+  (type ``kubernetes.io/service-account-token`` for ``<job>-driver``, filled by the token
+  controller) is mounted where the in-cluster client reads its token. A shared storage account
+  thus never gains rights on any TrainJob. Everything is owned by the TrainJob and goes away
+  with it.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from trainjob_operator.render.context import (
 from trainjob_operator.render.hashing import finalize
 from trainjob_operator.render.names import driver_name
 from trainjob_operator.render.options import RenderOptions
+from trainjob_operator.render.pod_template import OPERATOR_VOLUMES
 from trainjob_operator.render.pods import build_container, build_pod, env_var
 from trainjob_operator.render.ray import wait_for_head_script
 
@@ -64,6 +69,7 @@ __all__ = [
     "driver_role_binding",
     "driver_service_account",
     "driver_service_account_name",
+    "driver_token_secret",
     "render_driver_pod",
     "render_driver_role",
     "render_driver_role_binding",
@@ -83,8 +89,19 @@ OPERATOR_ONLY_FIELDS: dict[str, tuple[str, ...]] = {
 """camelCase spec fields (by parent, ``""`` = spec) left out of the driver's copy."""
 
 
+DRIVER_TOKEN_VOLUME = "driver-api-token"
+"""The driver's API token volume (the ``<job>-driver-token`` Secret) when it runs as the
+storage ServiceAccount; mounted at the in-cluster client's token folder."""
+
+
+def driver_token_secret_name(job: str) -> str:
+    """``<job>-driver-token``: the API token of ``<job>-driver`` (see the module notes)."""
+    return f"{job}-driver-token"
+
+
 def driver_service_account_name(job: TrainJob) -> str:
-    """The driver's ServiceAccount: ``spec.storage.serviceAccountName`` or ``<job>-driver``."""
+    """The ServiceAccount the driver pod runs as: ``spec.storage.serviceAccountName`` (its
+    storage identity) or ``<job>-driver``. Its Kubernetes rights are always ``<job>-driver``'s."""
     storage = job.spec.storage
     if storage is not None and storage.service_account_name:
         return storage.service_account_name
@@ -170,12 +187,20 @@ def driver_pod(ctx: RenderContext) -> dict[str, Any]:
         env_var(DRIVER_MANIFEST_ENV, _manifest_json(ctx)),
         env_var("PYTHONUNBUFFERED", "1"),
     ]
+    # Under the storage account the per-job account's token comes from its Secret.
+    borrowed = ctx.storage_service_account is not None
+    token_path = OPERATOR_VOLUMES[DRIVER_TOKEN_VOLUME]
     container = build_container(
         ctx,
         name="driver",
         command=driver_command(ctx),
         env=env,
         resources=placement.resources,
+        extra_mounts=(
+            [{"name": DRIVER_TOKEN_VOLUME, "mountPath": token_path, "readOnly": True}]
+            if borrowed
+            else []
+        ),
     )
     return build_pod(
         ctx,
@@ -184,6 +209,41 @@ def driver_pod(ctx: RenderContext) -> dict[str, Any]:
         container=container,
         placement=placement,
         service_account=driver_service_account_name(ctx.job),
+        api_token=not borrowed,
+        extra_volumes=(
+            [
+                {
+                    "name": DRIVER_TOKEN_VOLUME,
+                    "secret": {
+                        "secretName": driver_token_secret_name(ctx.name),
+                        "defaultMode": 0o440,
+                    },
+                }
+            ]
+            if borrowed
+            else []
+        ),
+    )
+
+
+def driver_token_secret(ctx: RenderContext) -> dict[str, Any] | None:
+    """The Secret ``<job>-driver-token`` (type ``kubernetes.io/service-account-token``, for
+    ``<job>-driver``) when the driver runs as ``spec.storage.serviceAccountName``; else None."""
+    if ctx.storage_service_account is None:
+        return None
+    meta = object_meta(
+        ctx,
+        driver_token_secret_name(ctx.name),
+        common_labels(ctx, "driver"),
+        {"kubernetes.io/service-account.name": driver_name(ctx.name)},
+    )
+    return finalize(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": meta,
+            "type": "kubernetes.io/service-account-token",
+        }
     )
 
 
@@ -241,17 +301,14 @@ def driver_role(ctx: RenderContext) -> dict[str, Any]:
 def render_driver_role_binding(
     job: TrainJob, *, uid: str, options: RenderOptions | None = None
 ) -> dict[str, Any]:
-    """RoleBinding ``<job>-driver``: the Role to ``<job>-driver`` and, when set, to
-    ``spec.storage.serviceAccountName`` (the account the driver then runs as)."""
+    """RoleBinding ``<job>-driver``: the Role to ``<job>-driver`` only (never to
+    ``spec.storage.serviceAccountName``, which other jobs may share)."""
     return driver_role_binding(build_context(job, uid=uid, options=options))
 
 
 def driver_role_binding(ctx: RenderContext) -> dict[str, Any]:
     """:func:`render_driver_role_binding` from a render context."""
     accounts = [driver_name(ctx.name)]
-    runs_as = driver_service_account_name(ctx.job)
-    if runs_as not in accounts:
-        accounts.append(runs_as)
     return finalize(
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",

@@ -78,9 +78,14 @@ RESERVED_LABEL_PREFIXES = (LABEL_PREFIX, "kueue.x-k8s.io/")
 RESERVED_LABEL_KEYS = frozenset({"app.kubernetes.io/name", "app.kubernetes.io/managed-by"})
 """Label keys owned by the operator."""
 
-OPERATOR_VOLUMES: dict[str, str] = {"dshm": "/dev/shm", "tmp": "/tmp"}
-"""Volumes the operator adds to every pod (name -> mount path): ``/dev/shm`` in memory (Ray's
-object store) and ``/tmp`` (Ray's session folder; the root filesystem is read-only)."""
+OPERATOR_VOLUMES: dict[str, str] = {
+    "dshm": "/dev/shm",
+    "tmp": "/tmp",
+    "driver-api-token": "/var/run/secrets/kubernetes.io/serviceaccount",
+}
+"""Volumes the operator adds to its pods (name -> mount path): ``/dev/shm`` in memory (Ray's
+object store) and ``/tmp`` (Ray's session folder; the root filesystem is read-only) in every
+pod; the driver's API token where the driver runs as the storage ServiceAccount."""
 
 CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
 """Node label (and taint) keys of control-plane nodes, which no TrainJob pod may target."""

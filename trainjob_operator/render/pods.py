@@ -104,6 +104,7 @@ def build_container(
     resources: Mapping[str, int | str],
     ports: Sequence[tuple[str, int]] = (),
     readiness_probe: Mapping[str, Any] | None = None,
+    extra_mounts: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The main container: ``spec.image``, operator env (with Ray's token authentication) then
     ``spec.env``, requests = limits, ``/dev/shm`` and ``/tmp`` plus the podTemplate mounts,
@@ -126,6 +127,7 @@ def build_container(
         "volumeMounts": [
             {"name": SHM_VOLUME, "mountPath": OPERATOR_VOLUMES[SHM_VOLUME]},
             {"name": TMP_VOLUME, "mountPath": OPERATOR_VOLUMES[TMP_VOLUME]},
+            *(dict(m) for m in extra_mounts),
             *copy.deepcopy(ctx.overrides.volume_mounts),
         ],
         "securityContext": container_security_context(ctx.options.read_only_root_filesystem),
@@ -156,13 +158,17 @@ def build_pod(
     annotations: Mapping[str, str] | None = None,
     service_account: str | None = None,
     gang: bool = False,
+    api_token: bool = False,
+    extra_volumes: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """A pod of the job with everything common applied and the podTemplate merged in.
 
     Node selector, tolerations and affinity come from ``placement`` merged with
     ``spec.podTemplate`` (:class:`~trainjob_operator.render.placement.Placement`). ``gang``
-    adds the Kueue pod-group metadata (head and workers). Without ``service_account`` the pod
-    runs as the namespace's default ServiceAccount with no API token mounted.
+    adds the Kueue pod-group metadata (head and workers). The pod runs as ``service_account``
+    (else the namespace's default ServiceAccount); only with ``api_token`` does the kubelet
+    mount that account's API token (``automountServiceAccountToken`` is false otherwise: only
+    pods that call the API server get a token). ``extra_volumes`` follow the operator's own.
 
     Raises:
         ValueError: when the TrainJob's node selector contradicts the operator's.
@@ -193,12 +199,13 @@ def build_pod(
         "volumes": [
             {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
             {"name": TMP_VOLUME, "emptyDir": {}},
+            *(dict(v) for v in extra_volumes),
             *copy.deepcopy(overrides.volumes),
         ],
     }
     if service_account:
         pod_spec["serviceAccountName"] = service_account
-    else:
+    if not api_token:
         pod_spec["automountServiceAccountToken"] = False
     selector = placement.node_selector_for(overrides)
     if selector:
