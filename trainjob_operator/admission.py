@@ -3,14 +3,21 @@ create and spec update, and the operator answers with exactly the checks ``train
 runs (:func:`~trainjob_operator.api.manifest.parse_trainjob`): a denial lists the same
 ``field.path: message (hint: ...)`` lines.
 
-The webhook is served by kopf (``@kopf.on.validate``, :class:`kopf.WebhookServer` over HTTPS)
-in the operator process. Its ``ValidatingWebhookConfiguration`` is not managed by kopf: the
-Helm chart creates it with the CA bundle of the certificate it provisions (tests create their
-own, pointing at ``127.0.0.1``). The URL path is :data:`WEBHOOK_PATH`.
+The webhook is served over HTTPS by kopf's :class:`kopf.WebhookServer` (aiohttp; it reloads the
+certificate files when they change) from a thread of its own in every operator replica, not by
+kopf's ``@kopf.on.validate`` handlers: those run inside the reconciling kopf operator, which
+with leader election runs on the leader only, while the chart's Service sends reviews to any
+ready replica. Its ``ValidatingWebhookConfiguration`` is the Helm chart's, with the CA bundle of
+the certificate the chart provisions (tests create their own, pointing at ``127.0.0.1``). The
+URL path is :data:`WEBHOOK_PATH`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,20 +27,19 @@ import kopf
 
 from trainjob_operator.api.errors import ManifestError
 from trainjob_operator.api.manifest import parse_trainjob
-from trainjob_operator.constants import GROUP, PLURAL, VERSION
 
 __all__ = [
-    "HANDLER_ID",
     "WEBHOOK_PATH",
     "AdmissionServer",
     "admission_problems",
-    "configure_admission",
-    "register_admission",
+    "review",
+    "serve",
+    "start",
 ]
 
-HANDLER_ID = "validate-trainjob"
-"""kopf's id of the validating handler; also the last segment of the webhook URL."""
-WEBHOOK_PATH = f"/{HANDLER_ID}"
+logger = logging.getLogger("trainjob_operator.admission")
+
+WEBHOOK_PATH = "/validate-trainjob"
 """The path the ``ValidatingWebhookConfiguration`` calls (``https://SERVICE:PORT/PATH``)."""
 DENIED_CODE = 422
 """The HTTP status of a denial: the same as the API server's own schema errors."""
@@ -104,27 +110,57 @@ def admission_problems(
     return []
 
 
-def register_admission(registry: kopf.OperatorRegistry) -> None:
-    """Register the validating handler (creates and updates of TrainJobs) on ``registry``."""
+def review(request: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``AdmissionReview`` response to an ``AdmissionReview`` request (admission.k8s.io/v1):
+    allowed, or denied with HTTP 422 and the lines of :func:`admission_problems` joined by
+    ``"; "`` (the API server shows them after ``admission webhook ... denied the request:``)."""
+    payload = request.get("request") or {}
+    problems = admission_problems(
+        payload.get("object") or {}, payload.get("operation"), payload.get("oldObject")
+    )
+    response: dict[str, Any] = {"uid": payload.get("uid", ""), "allowed": not problems}
+    if problems:
+        response["status"] = {"message": "; ".join(problems), "code": DENIED_CODE}
+    return {
+        "apiVersion": request.get("apiVersion", "admission.k8s.io/v1"),
+        "kind": "AdmissionReview",
+        "response": response,
+    }
 
-    def validate(body: kopf.Body, **kwargs: Any) -> None:
-        # kopf passes the old object and the operation as keyword arguments of the cause
-        problems = admission_problems(body, kwargs.get("operation"), kwargs.get("old"))
-        if problems:
-            raise kopf.AdmissionError("; ".join(problems), code=DENIED_CODE)
 
-    kopf.on.validate(
-        GROUP,
-        VERSION,
-        PLURAL,
-        id=HANDLER_ID,
-        operations=["CREATE", "UPDATE"],
-        registry=registry,
-    )(validate)
+async def serve(server: AdmissionServer, stop_flag: threading.Event) -> None:
+    """Serve the webhook until ``stop_flag`` is set (kopf's :class:`kopf.WebhookServer`, which
+    also reloads the certificate when its files change, e.g. a renewed Secret)."""
+
+    async def webhook(request: Mapping[str, Any], **_: Any) -> dict[str, Any]:
+        return review(request)
+
+    async def run() -> None:
+        async with server.server() as webhook_server:
+            async for _config in webhook_server(webhook):  # type: ignore[arg-type]
+                logger.info("admission webhook listening on %s:%d", server.addr, server.port)
+
+    task = asyncio.create_task(run())
+    try:
+        while not stop_flag.is_set() and not task.done():
+            await asyncio.sleep(0.2)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
-def configure_admission(settings: kopf.OperatorSettings, server: AdmissionServer) -> None:
-    """Serve the webhook with ``server``; the webhook configuration is the chart's (kopf does
-    not create or patch one)."""
-    settings.admission.server = server.server()
-    settings.admission.managed = None
+def start(server: AdmissionServer) -> tuple[threading.Thread, threading.Event]:
+    """Serve the webhook from a daemon thread; returns it and the event that stops it.
+
+    Every operator replica serves the webhook, the leader and the standbys alike (the chart's
+    Service sends reviews to any of them): it needs no API access and no leadership.
+    """
+    stop_flag = threading.Event()
+    thread = threading.Thread(
+        target=lambda: asyncio.run(serve(server, stop_flag)),
+        name="admission-webhook",
+        daemon=True,
+    )
+    thread.start()
+    return thread, stop_flag

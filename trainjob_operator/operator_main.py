@@ -36,7 +36,8 @@ from typing import Any
 import kopf
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
-from trainjob_operator.admission import AdmissionServer, configure_admission, register_admission
+from trainjob_operator import admission as admission_webhook
+from trainjob_operator.admission import AdmissionServer
 from trainjob_operator.api.status import Phase
 from trainjob_operator.api.trainjob import TrainJob
 from trainjob_operator.constants import FINALIZER, GROUP, MANAGED_BY_LABEL, PLURAL, VERSION
@@ -275,6 +276,26 @@ def run_operator(
     Lease and reconcile only while holding it; return when it is lost
     (:mod:`trainjob_operator.leader`).
     """
+    if admission is not None:
+        # Every replica serves the webhook, leading or not (the Service picks any of them).
+        _thread, admission_stop = admission_webhook.start(admission)
+        try:
+            run_operator(
+                config,
+                namespaces,
+                stop_flag,
+                ready_flag,
+                liveness_endpoint,
+                timer_interval,
+                render,
+                client,
+                resync_seconds,
+                None,
+                leader_election,
+            )
+        finally:
+            admission_stop.set()
+        return
     if leader_election is not None:
         run_with_leader_election(
             leader_election,
@@ -298,8 +319,6 @@ def run_operator(
         client or KubeClient(config), render or default_renderer(), resync_seconds=resync_seconds
     )
     register(registry, operator, timer_interval)
-    if admission is not None:
-        register_admission(registry)
 
     def login(**_: Any) -> kopf.ConnectionInfo:
         return kopf.ConnectionInfo(
@@ -316,8 +335,6 @@ def run_operator(
 
     def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure(settings)
-        if admission is not None:
-            configure_admission(settings, admission)
 
     kopf.on.startup(registry=registry)(startup)
     asyncio.run(
