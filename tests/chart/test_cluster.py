@@ -63,6 +63,7 @@ RESOURCES: dict[str, tuple[str, bool]] = {
     "ConfigMap": ("configmaps", True),
     "Service": ("services", True),
     "Deployment": ("deployments", True),
+    "PodDisruptionBudget": ("poddisruptionbudgets", True),
     "Role": ("roles", True),
     "RoleBinding": ("rolebindings", True),
     "ClusterRole": ("clusterroles", False),
@@ -310,7 +311,7 @@ def test_every_object_passes_server_side_dry_run(
                     pod["containers"][0]["securityContext"]
                     == (sent["containers"][0]["securityContext"])
                 )
-                assert stored["spec"]["strategy"] == {"type": "Recreate"}
+                assert stored["spec"]["strategy"]["type"] == "RollingUpdate"  # leader election
             # A dry run persists nothing.
             path = f"{collection_path(obj)}/{obj['metadata']['name']}"
             assert envtest.request("GET", path)[0] == 404
@@ -343,6 +344,14 @@ def test_cluster_wide_rbac(envtest: EnvTest, k8s_namespace: str) -> None:
         assert not allowed(envtest, who, "list", "namespaces", None)
         for verb, resource, group in OPERATOR_MUST_NOT_CLUSTER:
             assert not allowed(envtest, who, verb, resource, None, group), (verb, resource)
+        # Leader election: its own Lease in the release namespace, nothing else.
+        lease = ("leases", k8s_namespace, "coordination.k8s.io")
+        assert allowed(envtest, who, "create", *lease)
+        for verb in ("get", "update"):
+            assert allowed(envtest, who, verb, *lease, name="trainjob-operator")
+            assert not allowed(envtest, who, verb, *lease, name="kube-scheduler")
+        assert not allowed(envtest, who, "delete", *lease, name="trainjob-operator")
+        assert not allowed(envtest, who, "update", "leases", other, "coordination.k8s.io")
     # Gone with the release: no rights left behind.
     wait_until_allowed(envtest, who, "list", "pods", k8s_namespace, expected=False)
 
