@@ -17,7 +17,8 @@
 # (runAsNonRoot, runAsUser 1000).
 #
 # BASE_IMAGE: any Debian-like image with Python 3.11 as `python` (and its venv module),
-# groupadd and useradd; the official Python image by default. The real-node tests build on a
+# groupadd and useradd; the official Python image by default. Pin it by digest for
+# reproducible, tamper-evident builds: --build-arg BASE_IMAGE=python:3.11-slim@sha256:<digest>. The real-node tests build on a
 # debootstrapped Debian bookworm instead, with packages from a wheelhouse
 # (scripts/build-images.sh).
 
@@ -66,13 +67,17 @@ FROM source AS runtime-build
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 # jax: none (default), cpu (jax + jaxlib), or tpu (jax[tpu], with libtpu, for TPU node pools).
 ARG JAX=none
+# Pinned versions of what the image installs beyond the package's own ranges (the versions the
+# tests run with): google-cloud-storage, and jax[tpu] with its libtpu.
+ARG JAX_VERSION=0.10.2
+ARG GCS_VERSION=3.17.1
 RUN python -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-cache-dir --extra-index-url "${TORCH_INDEX_URL}" \
-        ".[runtime,gcs,torch]" \
+        ".[runtime,gcs,torch]" "google-cloud-storage==${GCS_VERSION}" \
     && case "${JAX}" in \
         none) ;; \
-        cpu) /opt/venv/bin/pip install --no-cache-dir ".[jax]" ;; \
-        tpu) /opt/venv/bin/pip install --no-cache-dir ".[jax]" "jax[tpu]" ;; \
+        cpu) /opt/venv/bin/pip install --no-cache-dir ".[jax]" "jax==${JAX_VERSION}" ;; \
+        tpu) /opt/venv/bin/pip install --no-cache-dir ".[jax]" "jax[tpu]==${JAX_VERSION}" ;; \
         *) echo "JAX must be none, cpu or tpu, not ${JAX}" >&2; exit 1 ;; \
     esac
 

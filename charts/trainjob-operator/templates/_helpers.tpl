@@ -50,9 +50,14 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
-{{/* The operator image reference (the tag defaults to the chart's appVersion). */}}
+{{/* The operator image reference: repository@digest when image.digest is set, else
+repository:tag (the tag defaults to the chart's appVersion). */}}
 {{- define "trainjob-operator.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
 {{- end }}
 
 {{/* Whether the operator watches all namespaces ("true") or only watchNamespaces (""). */}}
