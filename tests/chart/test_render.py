@@ -208,7 +208,9 @@ def test_cluster_wide_rbac() -> None:
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "tjo-trainjob-operator", "namespace": "ops"}
     ]
-    assert all_of(objects, "Role") == [] and all_of(objects, "RoleBinding") == []
+    # The only Role: the leader-election Lease's, in the release namespace.
+    assert [r["metadata"]["name"] for r in all_of(objects, "Role")] == [LEADER_ELECTION]
+    assert [b["metadata"]["name"] for b in all_of(objects, "RoleBinding")] == [LEADER_ELECTION]
 
 
 def test_no_rule_grants_wildcards_secret_reads_or_escalation() -> None:
@@ -221,7 +223,9 @@ def test_no_rule_grants_wildcards_secret_reads_or_escalation() -> None:
                     assert rule["resources"] == ["secrets"] and rule["verbs"] == ["create"]
                 assert not ({"pods"} & set(rule["resources"]) and "patch" in rule["verbs"])
                 assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
-                if not obj["metadata"]["name"].endswith("-edit"):  # the users' aggregated role
+                if rule["resources"] == ["leases"] and "update" in rule["verbs"]:
+                    assert rule["resourceNames"] == ["trainjob-operator"]  # its own Lease only
+                elif not obj["metadata"]["name"].endswith("-edit"):  # the users' role
                     assert "update" not in rule["verbs"]
 
 
@@ -333,16 +337,24 @@ def test_notes() -> None:
 # --------------------------------------------------------------------------- non-default values
 
 
+LEADER_ELECTION = "tjo-trainjob-operator-leader-election"
+
+
+def _watched(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The Roles or RoleBindings of the watched namespaces (not the Lease's)."""
+    return [o for o in objects if o["metadata"]["name"] != LEADER_ELECTION]
+
+
 def test_namespaced_mode() -> None:
     objects = render(CUSTOM)
-    roles = all_of(objects, "Role")
+    roles = _watched(all_of(objects, "Role"))
     assert [(r["metadata"]["namespace"], r["metadata"]["name"]) for r in roles] == [
         ("team-a", "tjo-trainjob-operator"),
         ("team-b", "tjo-trainjob-operator"),
     ]
     for role in roles:
         assert role["rules"] == OPERATOR_RULES
-    bindings = all_of(objects, "RoleBinding")
+    bindings = _watched(all_of(objects, "RoleBinding"))
     assert [b["metadata"]["namespace"] for b in bindings] == ["team-a", "team-b"]
     for binding in bindings:
         assert binding["roleRef"]["kind"] == "Role"
@@ -381,7 +393,7 @@ def test_namespaced_mode_without_cluster_scanning() -> None:
         "tjo-trainjob-operator-view",
     ]
     assert all_of(objects, "ClusterRoleBinding") == []
-    assert len(all_of(objects, "Role")) == 2
+    assert len(_watched(all_of(objects, "Role"))) == 2
     # Cluster-wide mode never renders the scanning role (kopf needs no namespace access there).
     cluster = render({"rbac": {"clusterScanning": True}})
     assert all(o["metadata"]["name"] != "tjo-trainjob-operator-scanning" for o in cluster)
@@ -396,7 +408,7 @@ def test_custom_image_and_pod_settings() -> None:
     assert pod["imagePullSecrets"] == [{"name": "regcred"}]
     assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
     assert pod["tolerations"] == CUSTOM["tolerations"]
-    assert one(objects, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
+    assert one(objects, "Deployment")["spec"]["strategy"]["type"] == "RollingUpdate"
 
 
 def test_service_monitor() -> None:
@@ -419,6 +431,7 @@ def test_without_rbac_and_with_an_existing_service_account() -> None:
     assert kinds(objects) == [
         ("ConfigMap", "tjo-trainjob-operator-defaults", "ops"),
         ("Deployment", "tjo-trainjob-operator", "ops"),
+        ("PodDisruptionBudget", "tjo-trainjob-operator", "ops"),
         ("Secret", "tjo-trainjob-operator-webhook-tls", "ops"),
         ("Service", "tjo-trainjob-operator-metrics", "ops"),
         ("Service", "tjo-trainjob-operator-webhook", "ops"),
@@ -465,7 +478,7 @@ def test_without_leader_election_one_replica_recreated() -> None:
     assert main["args"][0] == "--liveness=http://0.0.0.0:8080/healthz"
     assert "readinessProbe" not in main
     assert not [o for o in objects if o["kind"] in ("PodDisruptionBudget", "Role")]
-    with pytest.raises(Exception, match="needs leaderElection.enabled"):
+    with pytest.raises(Exception, match=r"needs leaderElection\.enabled"):
         render({"replicaCount": 2, "leaderElection": {"enabled": False}})
 
 
@@ -496,7 +509,9 @@ def test_values_yaml_is_the_chart_default() -> None:
 # --------------------------------------------------------------------------- values.schema.json
 
 BAD_VALUES: list[tuple[dict[str, Any], str]] = [
-    ({"replicaCount": 2}, "/replicaCount"),
+    ({"replicaCount": -1}, "/replicaCount"),
+    ({"leaderElection": {"enabled": "yes"}}, "/leaderElection/enabled"),
+    ({"podDisruptionBudget": {"minAvailable": -1}}, "/podDisruptionBudget/minAvailable"),
     ({"replicaCount": "1"}, "/replicaCount"),
     ({"watchNamespaces": "team-a"}, "/watchNamespaces"),
     ({"watchNamespaces": ["Team_A"]}, "/watchNamespaces/0"),
