@@ -2,8 +2,8 @@
 
 Triggers: TrainJob create / spec update / resume (operator restart), a
 periodic timer per TrainJob (deadlines, TTL, validation pool idling, the
-driver's status updates), and events of pods the operator manages (so pod
-phases are seen at once).
+driver's status updates), and changes of pods the operator manages (so pod
+phases are seen at once; a pod's creation is not one, see :func:`pod_event_triggers`).
 
 Cost control, so that hundreds of TrainJobs stay cheap: a trigger that finds
 a reconcile of the same TrainJob already waiting to start is dropped (the
@@ -208,6 +208,18 @@ class Operator:
                 PHASES.labels(phase.value).set(counts[phase])
 
 
+def pod_event_triggers(event_type: str | None) -> bool:
+    """Whether a watch event of a managed pod asks for a reconcile of its TrainJob.
+
+    ``ADDED`` does not: only the operator creates these pods, and the reconcile that created
+    one already planned with it (each pod's creation echoing back as a reconcile was 3 of the
+    ~6 reconciles per new TrainJob in ``benchmarks/bench_operator.py``, issue 20). A change
+    (``MODIFIED``: scheduled, running, failed, being evicted), a deletion, and kopf's initial
+    listing (``None``: pods that existed before the operator started) do.
+    """
+    return event_type != "ADDED"
+
+
 def register(
     registry: kopf.OperatorRegistry, operator: Operator, timer_interval: float = 5.0
 ) -> None:
@@ -229,9 +241,9 @@ def register(
     kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)(on_trainjob("resume"))
     kopf.timer(GROUP, VERSION, PLURAL, interval=timer_interval, registry=registry)(on_timer)
 
-    def on_pod(labels: Any, namespace: Any, **_: Any) -> None:
+    def on_pod(labels: Any, namespace: Any, type: Any = None, **_: Any) -> None:
         job = labels.get(NAME_LABEL)
-        if job and namespace:
+        if job and namespace and pod_event_triggers(type):
             operator.reconcile(str(namespace), str(job), "pod")
 
     kopf.on.event("", "v1", "pods", labels=MANAGED, registry=registry)(on_pod)

@@ -629,19 +629,18 @@ def test_prometheus_endpoint_serves_reconciles_and_jobs(
 
 
 class FailingAfter(KubeClient):
-    """A client that loses the API server after ``creates`` child creates (Events excepted)."""
+    """A client that loses the API server once the non-Pod children and the head pod exist:
+    every other Pod create fails (the reconcile creates the non-Pod children, then the Pods
+    concurrently, so which Pods a real cut would leave is not fixed; this one is)."""
 
-    def __init__(self, config: KubeConfig, creates: int) -> None:
+    def __init__(self, config: KubeConfig) -> None:
         super().__init__(config, attempts=1)
-        self.left = creates
 
     def create(self, obj: dict[str, Any], namespace: str) -> dict[str, Any] | None:
-        if obj["kind"] != "Event":
-            if self.left <= 0:
-                from trainjob_operator.kube import ApiError
+        if obj["kind"] == "Pod" and role(obj) != "head":
+            from trainjob_operator.kube import ApiError
 
-                raise ApiError(0, {"reason": "Unreachable", "message": "test: cut off"}, "POST")
-            self.left -= 1
+            raise ApiError(0, {"reason": "Unreachable", "message": "test: cut off"}, "POST")
         return super().create(obj, namespace)
 
 
@@ -650,8 +649,8 @@ def test_operator_restart_mid_reconcile_creates_no_duplicates(
 ) -> None:
     ns = k8s_namespace
     config = KubeConfig(host=envtest.host, token=envtest.token, ca_file=str(envtest.ca_file))
-    # ServiceAccount, Role, RoleBinding, Service, head pod: then the connection "drops".
-    first = RunningOperator(envtest, ns, client=FailingAfter(config, creates=5))
+    # Every non-Pod child and the head pod: then the connection "drops".
+    first = RunningOperator(envtest, ns, client=FailingAfter(config))
     first.start()
     try:
         make_job(kube, ns)

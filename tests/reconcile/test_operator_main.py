@@ -252,3 +252,12 @@ def test_jobs_gauge_has_a_series_for_every_phase(monkeypatch: pytest.MonkeyPatch
     op.reconcile("ns", "b", "pod")
     values = {p: REGISTRY.get_sample_value("trainjob_jobs", {"phase": p.value}) for p in Phase}
     assert values == {p: (2.0 if p == Phase.SUSPENDED else 0.0) for p in Phase}
+
+
+def test_a_managed_pod_being_added_does_not_trigger_a_reconcile() -> None:
+    # The operator's own creates echo back as ADDED; changes, deletions and the initial
+    # listing after a start (type None) do reconcile.
+    assert not operator_main.pod_event_triggers("ADDED")
+    assert operator_main.pod_event_triggers("MODIFIED")
+    assert operator_main.pod_event_triggers("DELETED")
+    assert operator_main.pod_event_triggers(None)
