@@ -174,3 +174,30 @@ def test_a_failed_run_has_the_failed_condition_with_the_error() -> None:
     failed = next(c for c in final["conditions"] if c["type"] == "Failed")
     assert failed["status"] == "True" and failed["reason"] == "TrainingFailed"
     assert failed["message"] == "division by zero"
+
+
+def test_entrypoints_import_from_the_interpreters_path_unless_a_folder_is_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The driver adds nothing to sys.path (no implicit current folder); trainjob run passes
+    # the folder it imports from explicitly.
+    import sys
+
+    (tmp_path / "mypkg_entry").mkdir()
+    (tmp_path / "mypkg_entry" / "__init__.py").write_text("def train(config):\n    pass\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    job = parse_trainjob(
+        {
+            "apiVersion": "trainjob.dev/v1alpha1",
+            "kind": "TrainJob",
+            "metadata": {"name": "imp"},
+            "spec": {"entrypoint": "mypkg_entry:train", "scaling": {"numWorkers": 0}},
+        }
+    )
+    before = list(sys.path)
+    with pytest.raises(EntrypointError, match=r"spec\.entrypoint: cannot import module"):
+        plan_run(job)
+    assert sys.path == before
+    assert plan_run(job, import_from=str(tmp_path)).num_workers == 0
+    assert sys.path[0] == str(tmp_path)

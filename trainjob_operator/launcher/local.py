@@ -255,7 +255,13 @@ def run_command(args: argparse.Namespace) -> int:
         print("--num-workers: must be >= 0 (0 runs in this process)", file=sys.stderr)
         return EXIT_INVALID
     try:
-        plan = _plan_run(job, num_workers=args.num_workers, storage_path=args.storage_path)
+        # The manifest's entrypoints are imported from the current folder (documented).
+        plan = _plan_run(
+            job,
+            num_workers=args.num_workers,
+            storage_path=args.storage_path,
+            import_from=os.getcwd(),
+        )
     except (EntrypointError, ValueError) as exc:
         print(f"{args.manifest}: {exc}", file=sys.stderr)
         return EXIT_INVALID

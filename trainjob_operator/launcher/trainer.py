@@ -41,10 +41,18 @@ class EntrypointError(ValueError):
         self.field = field
 
 
-def resolve_entrypoint(entrypoint: str, field: str) -> Callable[..., Any]:
-    """Import ``package.module:function`` (the current directory is importable)."""
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+def resolve_entrypoint(
+    entrypoint: str, field: str, import_from: str | None = None
+) -> Callable[..., Any]:
+    """Import ``package.module:function`` from the interpreter's ``sys.path``.
+
+    ``import_from``: a folder to make importable first (``trainjob run`` passes the current
+    folder). Without it nothing is added: the in-cluster driver imports the user's code from
+    the image's path (``PYTHONPATH``, ``/workspace`` in the runtime image, and the working
+    directory, which ``python -m`` puts first).
+    """
+    if import_from is not None and import_from not in sys.path:
+        sys.path.insert(0, import_from)
     module_name, attr = split_entrypoint(entrypoint)
     try:
         module = importlib.import_module(module_name)
@@ -95,13 +103,19 @@ def _cpu_quantity(value: int | str | None) -> float:
 
 
 def plan_run(
-    job: TrainJob, num_workers: int | None = None, storage_path: str | None = None
+    job: TrainJob,
+    num_workers: int | None = None,
+    storage_path: str | None = None,
+    import_from: str | None = None,
 ) -> RunPlan:
-    """Resolve entrypoints, workers and storage of ``job`` (raises EntrypointError)."""
+    """Resolve entrypoints, workers and storage of ``job`` (raises EntrypointError).
+
+    ``import_from``: see :func:`resolve_entrypoint`.
+    """
     spec = job.spec
-    train_fn = resolve_entrypoint(spec.entrypoint, "spec.entrypoint")
+    train_fn = resolve_entrypoint(spec.entrypoint, "spec.entrypoint", import_from)
     validate_fn = (
-        resolve_entrypoint(spec.validation.entrypoint, "spec.validation.entrypoint")
+        resolve_entrypoint(spec.validation.entrypoint, "spec.validation.entrypoint", import_from)
         if spec.validation is not None
         else None
     )
