@@ -14,9 +14,13 @@ import base64
 import copy
 import datetime as dt
 import ipaddress
+import json
 import socket
+import ssl
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -274,3 +278,64 @@ def test_spec_updates_are_validated_metadata_updates_are_not(
     status, reply = envtest.request("PATCH", url, {"metadata": {"labels": {"team": "a"}}})
     assert status == 200, reply
     assert reply["metadata"]["labels"] == {"team": "a"}
+
+
+# The CRD's own schema, without the webhook: `trainjob validate` refuses everything the API
+# server's schema refuses. It is stricter in one place, by choice: a float with an integral
+# value (2.0, 1e0) where the CRD says integer, which the API server converts to an integer
+# (JSON numbers are float64 to it) and trainjob validate refuses with the hint to write 2.
+SCHEMA_CASES: list[tuple[str, str, str, bool]] = [
+    # (field path, JSON value, the API server accepts, validate accepts)
+    ("scaling.numWorkers", '"2"', "refused", False),
+    ("scaling.numWorkers", "true", "refused", False),
+    ("scaling.numWorkers", "2.5", "refused", False),
+    ("scaling.numWorkers", "2.0", "accepted", False),
+    ("scaling.numWorkers", "1e0", "accepted", False),
+    ("scaling.numWorkers", "2", "accepted", True),
+    ("suspend", '"true"', "refused", False),
+    ("suspend", "1", "refused", False),
+    ("suspend", "true", "accepted", True),
+]
+
+
+def _with(field: str, raw: str, name: str) -> str:
+    body = _job("schema", name)
+    body["metadata"].pop("namespace")
+    *parents, leaf = field.split(".")
+    node = body["spec"]
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = "__RAW__"
+    return json.dumps(body).replace('"__RAW__"', raw)
+
+
+def test_validate_refuses_whatever_the_api_servers_schema_refuses(
+    envtest: EnvTest, k8s_namespace: str
+) -> None:
+    envtest.apply_crd(CRD)
+    context = ssl.create_default_context(cafile=str(envtest.ca_file))
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
+    )
+    for index, (field, raw, server, accepted) in enumerate(SCHEMA_CASES):
+        text = _with(field, raw, f"schema-{index}")
+        request = urllib.request.Request(
+            f"{envtest.host}{TRAINJOBS.format(ns=k8s_namespace)}",
+            data=text.encode(),
+            method="POST",
+            headers={
+                "Authorization": f"Bearer {envtest.token}",
+                "Content-Type": "application/json",
+            },
+        )
+        try:
+            with opener.open(request, timeout=30) as response:
+                status = int(response.status)
+        except urllib.error.HTTPError as refused:
+            status = int(refused.code)
+        assert (status == 201) == (server == "accepted"), (field, raw, status)
+        [doc] = load_documents(text)  # JSON is YAML: the bytes the API server got
+        assert doc.ok == accepted, (field, raw, doc.errors)
+        if not accepted:
+            [problem] = doc.errors
+            assert problem.path == f"spec.{field}", problem

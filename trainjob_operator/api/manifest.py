@@ -105,9 +105,11 @@ def parse_trainjob(data: Mapping[str, Any]) -> TrainJob:
     try:
         # By alias only: the CRD (and so the API server) knows only the camelCase names and
         # prunes any other key, so a snake_case key must be an error here too. As JSON and
-        # strictly, as the API server validates the CRD's types: "2", true or 2.0 is not an
-        # integer and "true" is not a boolean (pydantic's lax mode would coerce them), while
-        # enums and timestamps are read from their JSON strings.
+        # strictly, as the API server validates the CRD's types: "2" or true is not an integer
+        # and "true" is not a boolean (pydantic's lax mode would coerce them), while enums and
+        # timestamps are read from their JSON strings. Stricter in one place, by choice: 2.0
+        # (which the API server stores as 2) is refused with the hint to write 2
+        # (tests/k8s/test_admission.py compares the two on a real API server).
         text = json.dumps(_plain(data), default=str, allow_nan=False)
         job = TrainJob.model_validate_json(text, strict=True, by_alias=True, by_name=False)
     except ValueError as exc:
