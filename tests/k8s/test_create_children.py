@@ -11,7 +11,12 @@ import yaml
 from tests.support import EnvTest
 from trainjob_operator.api import parse_trainjob
 from trainjob_operator.kube import KubeClient, KubeConfig
-from trainjob_operator.reconcile.apply import CHILD_KINDS, create_children, create_waves
+from trainjob_operator.reconcile.apply import (
+    CHILD_KINDS,
+    create_children,
+    create_waves,
+    read_children,
+)
 from trainjob_operator.render import render_for_reconcile
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,6 +66,11 @@ def test_all_children_are_created_concurrently_and_again_is_a_no_op(
     assert create_children(kube, k8s_namespace, children) is None
     expected = {(m["kind"], m["metadata"]["name"]) for m in children}
     assert _existing(kube, k8s_namespace, "tj") == expected
+    # What the reconciler reads back (its kinds listed concurrently): every child it reads.
+    read = read_children(kube, k8s_namespace, "tj")
+    assert sorted((c["kind"], c["metadata"]["name"]) for c in read) == sorted(
+        (kind, child) for kind, child in expected if kind in CHILD_KINDS
+    )
     uids = {
         obj["metadata"]["name"]: obj["metadata"]["uid"]
         for obj in kube.list("Pod", k8s_namespace, "trainjob.dev/name=tj")
