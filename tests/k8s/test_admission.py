@@ -11,6 +11,7 @@ signed by a CA made here; the chart's own objects (Service, Secret, caBundle) ar
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import datetime as dt
 import ipaddress
@@ -36,7 +37,8 @@ from tests.support import EnvTest
 from trainjob_operator.admission import WEBHOOK_PATH, AdmissionServer
 from trainjob_operator.api.errors import ManifestError
 from trainjob_operator.api.manifest import load_documents, parse_trainjob
-from trainjob_operator.kube import KubeConfig
+from trainjob_operator.kube import KubeClient, KubeConfig
+from trainjob_operator.leader import LeaderElectionConfig, LeaderElector
 from trainjob_operator.operator_main import run_operator
 
 pytestmark = pytest.mark.k8s
@@ -130,6 +132,19 @@ def _validate_lines(body: dict[str, Any]) -> list[str]:
 def webhook(envtest: EnvTest, k8s_namespace: str, tmp_path: Path) -> Iterator[str]:
     """The operator with its webhook on 127.0.0.1, and a webhook configuration selecting only
     ``k8s_namespace``; yields the namespace once the API server calls the webhook."""
+    with serving(envtest, k8s_namespace, tmp_path):
+        yield k8s_namespace
+
+
+@contextlib.contextmanager
+def serving(
+    envtest: EnvTest,
+    k8s_namespace: str,
+    tmp_path: Path,
+    leader_election: LeaderElector | None = None,
+) -> Iterator[None]:
+    """Run the operator (with ``leader_election``: a replica waiting for the Lease) and a
+    webhook configuration for ``k8s_namespace``, until the API server calls the webhook."""
     envtest.apply_crd(CRD)
     ca, cert, key = _certificates(tmp_path)
     port = _free_port()
@@ -147,6 +162,7 @@ def webhook(envtest: EnvTest, k8s_namespace: str, tmp_path: Path) -> Iterator[st
             "stop_flag": stop,
             "ready_flag": ready,
             "admission": AdmissionServer(port, str(cert), str(key), addr="127.0.0.1"),
+            "leader_election": leader_election,
         },
         daemon=True,
     )
@@ -183,7 +199,8 @@ def webhook(envtest: EnvTest, k8s_namespace: str, tmp_path: Path) -> Iterator[st
     status, answer = envtest.request("POST", WEBHOOKS, configuration)
     assert status == 201, answer
     try:
-        assert ready.wait(60), "operator did not become ready"
+        if leader_election is None:
+            assert ready.wait(60), "operator did not become ready"
         probe = _job(k8s_namespace, "probe", image="Not An Image")
 
         def denied() -> bool:
@@ -193,7 +210,7 @@ def webhook(envtest: EnvTest, k8s_namespace: str, tmp_path: Path) -> Iterator[st
 
         # The API server picks the configuration up, and kopf starts its server, a moment later.
         _wait_for("the API server to call the webhook", denied)
-        yield k8s_namespace
+        yield
     finally:
         envtest.request("DELETE", f"{WEBHOOKS}/{name}")
         stop.set()
@@ -339,3 +356,36 @@ def test_validate_refuses_whatever_the_api_servers_schema_refuses(
         if not accepted:
             [problem] = doc.errors
             assert problem.path == f"spec.{field}", problem
+
+
+def test_a_standby_replica_serves_the_webhook_too(
+    envtest: EnvTest, k8s_namespace: str, tmp_path: Path
+) -> None:
+    """The chart's Service sends reviews to any ready replica: a replica waiting for the Lease
+    (another replica leads) answers them too."""
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "trainjob-operator", "namespace": k8s_namespace},
+        "spec": {
+            "holderIdentity": "the-leader",
+            "leaseDurationSeconds": 3600,
+            "acquireTime": now,
+            "renewTime": now,
+        },
+    }
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{k8s_namespace}/leases"
+    status, reply = envtest.request("POST", path, lease)
+    assert status == 201, reply
+    kube = KubeClient(
+        KubeConfig(host=envtest.host, token=envtest.token, ca_file=str(envtest.ca_file))
+    )
+    elector = LeaderElector(kube, LeaderElectionConfig(namespace=k8s_namespace, identity="standby"))
+    with serving(envtest, k8s_namespace, tmp_path, leader_election=elector):
+        spec = {"scaling": {"numWorkers": 2, "resourcesPerWorker": {"cpu": "0"}}}
+        body = _job(k8s_namespace, "bad", **spec)
+        status, reply = envtest.request("POST", TRAINJOBS.format(ns=k8s_namespace), body)
+        assert status == 422, reply
+        assert reply["message"] == DENIED + "; ".join(_validate_lines(body))
+        assert not elector.is_leader
