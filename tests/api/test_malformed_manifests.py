@@ -230,6 +230,16 @@ CASES = [
         "resolves (hint: export WANDB_API_KEY=... before trainjob run",
     ),
     Case(
+        "env-valueFrom-two-sources",
+        HEAD
+        + "  env:\n  - name: A\n"
+        + "    valueFrom: {secretKeyRef: {name: s, key: k}, fieldRef: {fieldPath: x}}\n",
+        "spec.env[0].valueFrom: valueFrom must name exactly one source, got 'fieldRef', "
+        "'secretKeyRef' (hint: use one of configMapKeyRef, fieldRef, resourceFieldRef, "
+        "secretKeyRef)",
+        "spec.env[0].valueFrom: valueFrom must name exactly one source",
+    ),
+    Case(
         "unreachable-store",
         HEAD + "  storage: {path: 'gs://trainjob-unreachable/runs'}\n",
         None,

@@ -51,6 +51,8 @@ _GCS_BUCKET = r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]"
 STORAGE_PATH_PATTERN = rf"^(gs://{_GCS_BUCKET}(/.*)?|/.*)$"
 """``gs://bucket[/prefix]`` or an absolute path."""
 _ENV_NAME_RE = re.compile(_ENV_NAME_PATTERN)
+_ENV_SOURCES = frozenset({"configMapKeyRef", "fieldRef", "resourceFieldRef", "secretKeyRef"})
+"""The sources of a Kubernetes EnvVarSource (``valueFrom``)."""
 _GCS_BUCKET_RE = re.compile(rf"^{_GCS_BUCKET}$")
 
 
@@ -76,6 +78,15 @@ class EnvVar(ApiModel):
             )
         if self.value is not None and self.value_from is not None:
             raise api_error("set either value or valueFrom, not both", field="valueFrom")
+        if self.value_from is not None:
+            sources = sorted(self.value_from)
+            if len(sources) != 1 or sources[0] not in _ENV_SOURCES:
+                raise api_error(
+                    "valueFrom must name exactly one source, got "
+                    + (", ".join(repr(s) for s in sources) or "none"),
+                    hint=f"use one of {', '.join(sorted(_ENV_SOURCES))}",
+                    field="valueFrom",
+                )
         return self
 
 
