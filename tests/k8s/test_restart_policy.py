@@ -1,5 +1,6 @@
-"""Restart policy and slice-atomic recovery on a real kube-apiserver + etcd (issue 19): the
-operator in-process, the tests playing the kubelet by patching pod status."""
+"""Restart policy, slice-atomic recovery and the dashboard Service on a real kube-apiserver +
+etcd (issue 19): the operator in-process, the tests playing the kubelet by patching pod
+status."""
 
 from __future__ import annotations
 
@@ -174,3 +175,31 @@ def test_a_failed_tpu_host_replaces_its_whole_slice(
     history = job_status(kube, ns)["restartHistory"]
     assert [(h["scope"], h["slice"]) for h in history] == [("Slice", 1)]
     assert job_status(kube, ns)["restarts"] == 0
+
+
+def test_the_opt_in_dashboard_service_and_its_address(
+    kube: KubeClient, operator: RunningOperator
+) -> None:
+    ns = operator.namespace
+    make_job(kube, ns, ray={"dashboard": {"service": True}})
+    wait_for("4 pods", lambda: len(pods(kube, ns)) == 4)
+    service = wait_for(
+        "the dashboard Service", lambda: kube.get("Service", ns, "quickstart-dashboard")
+    )
+    assert service["spec"]["type"] == "ClusterIP" and service["spec"]["clusterIP"]
+    assert service["spec"]["selector"] == {
+        "trainjob.dev/name": "quickstart",
+        "trainjob.dev/role": "head",
+    }
+    assert service["spec"]["ports"][0]["port"] == 8265
+    status = wait_for("status.dashboard", lambda: job_status(kube, ns).get("dashboard"))
+    assert status == {
+        "service": "quickstart-dashboard",
+        "address": f"http://quickstart-dashboard.{ns}.svc:8265",
+        "portForward": f"kubectl -n {ns} port-forward svc/quickstart-dashboard 8265",
+    }
+    uids = {n: p["metadata"]["uid"] for n, p in pods(kube, ns).items()}
+    kube.patch("TrainJob", ns, "quickstart", {"spec": {"ray": {"dashboard": {"service": False}}}})
+    wait_for("Service deleted", lambda: kube.get("Service", ns, "quickstart-dashboard") is None)
+    wait_for("status.dashboard cleared", lambda: "dashboard" not in job_status(kube, ns))
+    assert {n: p["metadata"]["uid"] for n, p in pods(kube, ns).items()} == uids  # no restart

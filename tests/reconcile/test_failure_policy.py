@@ -406,3 +406,34 @@ def test_single_host_slices_are_replaced_pod_by_pod() -> None:
     assert _deleted(plan) == ["tj-s1-h0"]
     assert [e.reason for e in plan.events if e.reason != "Created"] == ["WorkerPodLost"]
     assert "restartHistory" not in plan.status
+
+
+# --------------------------------------------------------------------------- dashboard Service
+
+
+def _dashboard_service(name: str = "tj-dashboard") -> dict[str, Any]:
+    return {
+        "kind": "Service",
+        "metadata": {"name": name, "labels": {"trainjob.dev/role": "dashboard"}},
+        "spec": {"ports": [{"name": "dashboard", "port": 8265}]},
+    }
+
+
+def test_the_dashboard_service_is_in_status_while_desired_and_deleted_after() -> None:
+    job = _job(ray={"dashboard": {"service": True}})
+    desired = [*_desired(), _dashboard_service()]
+    plan = plan_reconcile(job, {}, [], desired, NOW)
+    assert "tj-dashboard" in [c["metadata"]["name"] for c in plan.create]
+    assert plan.status["dashboard"] == {
+        "service": "tj-dashboard",
+        "address": "http://tj-dashboard.ns.svc:8265",
+        "portForward": "kubectl -n ns port-forward svc/tj-dashboard 8265",
+    }
+    # Turned off: the Service goes and so does the address.
+    observed = [*_running(), _dashboard_service()]
+    off = plan_reconcile(_job(), plan.status, observed, _desired(), NOW)
+    assert ("Service", "tj-dashboard") in off.delete
+    assert off.status["dashboard"] is None
+    # A finished job has no head to reach.
+    done = plan_reconcile(job, {**plan.status, "phase": "Succeeded"}, [], desired, NOW)
+    assert done.status["dashboard"] is None

@@ -33,6 +33,7 @@ __all__ = [
     "FailureRuleAction",
     "PodConditionPattern",
     "RayConfig",
+    "RayDashboardConfig",
     "RayHeadConfig",
     "RestartBackoff",
     "StorageConfig",
@@ -386,11 +387,26 @@ class RayHeadConfig(ApiModel):
     resources: ResourceMap = Field(default_factory=dict, description="Resources of the head pod.")
 
 
+class RayDashboardConfig(ApiModel):
+    """The Ray dashboard of the job's head (it listens on the head pod's loopback)."""
+
+    service: bool = Field(
+        default=False,
+        description=(
+            "Create a ClusterIP Service <job>-dashboard for the head's dashboard (port 8265) "
+            "and publish it in status.dashboard; reach it with kubectl port-forward."
+        ),
+    )
+
+
 class RayConfig(ApiModel):
     """The embedded Ray cluster."""
 
     version: str = Field(default=DEFAULT_RAY_VERSION, description="Ray version of the image.")
     head: RayHeadConfig = Field(default_factory=RayHeadConfig, description="The head pod.")
+    dashboard: RayDashboardConfig = Field(
+        default_factory=RayDashboardConfig, description="The Ray dashboard (opt-in Service)."
+    )
 
 
 class TrainJobSpec(ApiModel):

@@ -16,6 +16,7 @@ __all__ = [
     "CheckpointSummary",
     "Condition",
     "ConditionType",
+    "DashboardStatus",
     "Phase",
     "ProgressStatus",
     "Reason",
@@ -157,6 +158,19 @@ class BestCheckpointSummary(CheckpointSummary):
     score: float | None = Field(default=None, description="Its value of scoreAttribute.")
 
 
+class DashboardStatus(ApiModel):
+    """Where the Ray dashboard is (spec.ray.dashboard.service)."""
+
+    service: str = Field(description="The ClusterIP Service selecting the Ray head.")
+    address: str = Field(
+        description=(
+            "Its cluster DNS address, http://<service>.<ns>.svc:8265 (the dashboard listens on "
+            "the head's loopback: reach it through portForward)."
+        )
+    )
+    port_forward: str = Field(description="The kubectl command that makes it local.")
+
+
 class ValidationsStatus(ApiModel):
     """Validation task counters."""
 
@@ -265,6 +279,9 @@ class TrainJobStatus(ApiModel):
         default=None, description="Best checkpoint."
     )
     validations: ValidationsStatus | None = Field(default=None, description="Validation tasks.")
+    dashboard: DashboardStatus | None = Field(
+        default=None, description="The Ray dashboard's Service (spec.ray.dashboard.service)."
+    )
     message: str | None = Field(default=None, description="Human readable summary of the state.")
 
     def record_restart(self, record: RestartRecord) -> None:

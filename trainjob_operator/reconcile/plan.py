@@ -53,6 +53,7 @@ from trainjob_operator.api.spec import (
 )
 from trainjob_operator.api.status import (
     ConditionType,
+    DashboardStatus,
     Phase,
     Reason,
     RestartRecord,
@@ -85,6 +86,7 @@ OPERATOR_STATUS_KEYS = (
     "restartHistory",
     "workers",
     "validationPool",
+    "dashboard",
     "message",
 )
 
@@ -744,6 +746,8 @@ def check_suspend_if_needed(r: Reconcile) -> bool:
     r.set_condition(ConditionType.SUSPENDED, True, Reason.SUSPENDED, "spec.suspend is true")
     r.set_condition(ConditionType.RUNNING, False, Reason.SUSPENDED, "suspended")
     r.status.workers = WorkersStatus(ready=0, desired=0)
+    if r.status.dashboard is not None:
+        r.status.dashboard = None  # no head to reach
     if r.status.start_time:
         # Suspended time does not count towards activeDeadlineSeconds: startTime is set
         # again when the resumed job's pods are created (Kubernetes Job semantics).
@@ -988,6 +992,32 @@ def create_missing_children(r: Reconcile) -> None:
             r.plan.requeue_at_most(1.0)  # recreated once the old pod is gone
 
 
+def check_dashboard_if_needed(r: Reconcile) -> None:
+    """``status.dashboard`` names the Ray dashboard's Service while one is desired
+    (``spec.ray.dashboard.service``); a dashboard Service no longer desired is deleted."""
+    wanted = [d for d in r.desired if d.get("kind") == "Service" and _role(d) == "dashboard"]
+    for service in r.observed:
+        if (
+            service.get("kind") == "Service"
+            and _role(service) == "dashboard"
+            and _name(service) not in {_name(d) for d in wanted}
+            and not _terminating(service)
+        ):
+            r.plan.delete.append(("Service", _name(service)))
+    if not wanted:
+        if r.status.dashboard is not None:
+            r.status.dashboard = None
+        return
+    name = _name(wanted[0])
+    namespace = r.job.metadata.namespace or "default"
+    port = wanted[0]["spec"]["ports"][0]["port"]
+    r.status.dashboard = DashboardStatus(
+        service=name,
+        address=f"http://{name}.{namespace}.svc:{port}",
+        port_forward=f"kubectl -n {namespace} port-forward svc/{name} {port}",
+    )
+
+
 def check_start_time_if_needed(r: Reconcile) -> None:
     """``startTime`` is set when the pods of this run are first created."""
     if not r.status.start_time and any(d.get("kind") == "Pod" for d in r.desired):
@@ -1061,6 +1091,7 @@ def _converge_cluster(r: Reconcile, running: bool = False) -> None:
     if check_restart_backoff_if_needed(r):
         return
     create_missing_children(r)
+    check_dashboard_if_needed(r)
     check_start_time_if_needed(r)
     update_cluster_status(r)
     check_deadline_callbacks_if_needed(r)
@@ -1098,6 +1129,8 @@ def reconcile_finished(r: Reconcile) -> None:
     """Succeeded or Failed: tear the cluster down (keeping the driver's pod for its logs per
     ``spec.keepDriverPod``) and honour ``ttlSecondsAfterFinished``."""
     r.delete_pods(keep_driver=keep_driver_pod(r.job.spec.keep_driver_pod, r.phase))
+    if r.status.dashboard is not None:
+        r.status.dashboard = None  # no head to reach
     check_ttl_if_needed(r)
 
 

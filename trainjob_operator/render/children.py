@@ -16,7 +16,7 @@ from trainjob_operator.render.driver import (
     driver_token_secret,
 )
 from trainjob_operator.render.hashing import child_key
-from trainjob_operator.render.head import head_pod, headless_service
+from trainjob_operator.render.head import dashboard_service, head_pod, headless_service
 from trainjob_operator.render.options import RenderOptions
 from trainjob_operator.render.security import network_policy, ray_auth_secret
 from trainjob_operator.render.validation_pool import validation_pods
@@ -59,7 +59,8 @@ def render_children(
     """Every child object of ``job`` as plain dicts, in the order to create them.
 
     ServiceAccount, Role, RoleBinding (``<job>-driver``), the Ray token Secret
-    (``<job>-ray-auth``), the NetworkPolicy (``<job>-ray``), the headless Service, the Ray head,
+    (``<job>-ray-auth``), the NetworkPolicy (``<job>-ray``), the headless Service, the Ray
+    dashboard's Service (``<job>-dashboard``, when ``spec.ray.dashboard.service``), the Ray head,
     the workers, ``validation_replicas`` validation pods, and the driver (last: it needs the
     RBAC objects and waits for the head).
 
@@ -92,6 +93,7 @@ def render_children(
         ray_auth_secret(ctx),
         network_policy(ctx),
         headless_service(ctx),
+        *[s for s in (dashboard_service(ctx),) if s is not None],
         head_pod(ctx),
         *worker_pods(ctx),
         *validation_pods(ctx, validation_replicas),

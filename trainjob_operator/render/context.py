@@ -42,7 +42,7 @@ __all__ = [
     "pod_group_name",
 ]
 
-Role = Literal["head", "worker", "validation", "driver"]
+Role = Literal["head", "worker", "validation", "driver", "dashboard"]
 
 
 @dataclass(frozen=True)

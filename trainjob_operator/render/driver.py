@@ -84,7 +84,14 @@ MAX_ENV_VALUE_BYTES = 128 * 1024 - len(DRIVER_MANIFEST_ENV) - 2
 """Linux limits one ``NAME=value`` env string to 128 KiB (``MAX_ARG_STRLEN``)."""
 OPERATOR_ONLY_FIELDS: dict[str, tuple[str, ...]] = {
     "": ("suspend", "ttlSecondsAfterFinished", "queueName"),
-    "failure": ("maxRestarts", "activeDeadlineSeconds", "startupDeadlineSeconds"),
+    "failure": (
+        "maxRestarts",
+        "activeDeadlineSeconds",
+        "startupDeadlineSeconds",
+        "restartBackoff",
+        "rules",
+    ),
+    "ray": ("dashboard",),
 }
 """camelCase spec fields (by parent, ``""`` = spec) left out of the driver's copy."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainjob_operator.api.trainjob import TrainJob
-from trainjob_operator.constants import NAME_LABEL
+from trainjob_operator.constants import NAME_LABEL, ROLE_LABEL
 from trainjob_operator.render.context import (
     RenderContext,
     build_context,
@@ -14,7 +14,7 @@ from trainjob_operator.render.context import (
     object_meta,
 )
 from trainjob_operator.render.hashing import finalize
-from trainjob_operator.render.names import head_pod_name
+from trainjob_operator.render.names import dashboard_service_name, head_pod_name
 from trainjob_operator.render.options import RenderOptions
 from trainjob_operator.render.pods import build_container, build_pod
 from trainjob_operator.render.ray import CLIENT_PORT, DASHBOARD_PORT, GCS_PORT, METRICS_PORT
@@ -126,6 +126,39 @@ def headless_service(ctx: RenderContext) -> dict[str, Any]:
                 "ports": [
                     {"name": name, "port": port, "targetPort": port, "protocol": "TCP"}
                     for name, port in HEAD_PORTS
+                ],
+            },
+        }
+    )
+
+
+def dashboard_service(ctx: RenderContext) -> dict[str, Any] | None:
+    """The ClusterIP Service ``<job>-dashboard`` selecting the Ray head on the dashboard port
+    (8265), when ``spec.ray.dashboard.service``; None otherwise.
+
+    The dashboard listens on the head's loopback only (its Jobs API runs code), so the Service
+    is what ``kubectl port-forward svc/<job>-dashboard 8265`` resolves to the head pod; it does
+    not open the dashboard to other pods.
+    """
+    if not ctx.job.spec.ray.dashboard.service:
+        return None
+    return finalize(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": object_meta(
+                ctx, dashboard_service_name(ctx.name), common_labels(ctx, "dashboard")
+            ),
+            "spec": {
+                "type": "ClusterIP",
+                "selector": {NAME_LABEL: ctx.name, ROLE_LABEL: "head"},
+                "ports": [
+                    {
+                        "name": "dashboard",
+                        "port": DASHBOARD_PORT,
+                        "targetPort": DASHBOARD_PORT,
+                        "protocol": "TCP",
+                    }
                 ],
             },
         }

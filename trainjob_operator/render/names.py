@@ -65,6 +65,11 @@ def headless_service_name(job: str) -> str:
     return f"{job}-headless"
 
 
+def dashboard_service_name(job: str) -> str:
+    """``<job>-dashboard``: the opt-in ClusterIP Service of the Ray dashboard."""
+    return f"{job}-dashboard"
+
+
 def head_pod_name(job: str) -> str:
     """``<job>-head``: the Ray head pod (also its hostname)."""
     return f"{job}-head"
