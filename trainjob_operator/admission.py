@@ -21,17 +21,22 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import kopf
+from typing import TYPE_CHECKING, Any
 
 from trainjob_operator.api.errors import ManifestError
 from trainjob_operator.api.manifest import parse_trainjob
+from trainjob_operator.api.trainjob import TrainJob
+from trainjob_operator.render.options import DEFAULT_ALLOWED_VOLUME_TYPES
+from trainjob_operator.render.pod_template import validate_pod_template
+
+if TYPE_CHECKING:  # kopf is imported when a server starts: trainjob validate does without it
+    import kopf
 
 __all__ = [
     "WEBHOOK_PATH",
     "AdmissionServer",
     "admission_problems",
+    "pod_template_problems",
     "review",
     "serve",
     "start",
@@ -54,16 +59,20 @@ class AdmissionServer:
         certfile: PEM server certificate (the chart's Secret ``tls.crt``).
         keyfile: PEM private key of the certificate (``tls.key``).
         addr: listen address (all interfaces by default).
+        allowed_volume_types: the volume types ``spec.podTemplate.volumes`` may use (the
+            renderer's, from the chart's ``podSecurity.allowedVolumeTypes``).
     """
 
     port: int
     certfile: str
     keyfile: str
     addr: str = "0.0.0.0"
+    allowed_volume_types: frozenset[str] = DEFAULT_ALLOWED_VOLUME_TYPES
 
     @classmethod
     def from_dir(cls, port: int, cert_dir: str | Path, addr: str = "0.0.0.0") -> AdmissionServer:
-        """The server for the ``tls.crt``/``tls.key`` of a mounted TLS Secret.
+        """The server for the ``tls.crt``/``tls.key`` of a mounted TLS Secret, allowing the
+        volume types the renderer allows (``TRAINJOB_*`` environment of the chart).
 
         Raises:
             FileNotFoundError: naming the missing file.
@@ -75,10 +84,15 @@ class AdmissionServer:
                     f"--webhook-cert-dir {folder}: {name} is missing (mount the chart's webhook "
                     "TLS Secret there, or pass --webhook-port 0 to serve no webhook)"
                 )
-        return cls(port, str(folder / "tls.crt"), str(folder / "tls.key"), addr)
+        from trainjob_operator.render.options import render_options_from_env
+
+        allowed = render_options_from_env().allowed_volume_types
+        return cls(port, str(folder / "tls.crt"), str(folder / "tls.key"), addr, allowed)
 
     def server(self) -> kopf.WebhookServer:
         """kopf's HTTPS server for this address and certificate."""
+        import kopf
+
         return kopf.WebhookServer(
             addr=self.addr, port=self.port, certfile=self.certfile, pkeyfile=self.keyfile
         )
@@ -88,8 +102,24 @@ def _spec_of(body: Mapping[str, Any] | None) -> Any:
     return None if body is None else body.get("spec")
 
 
+def pod_template_problems(
+    job: TrainJob, allowed_volume_types: frozenset[str] = DEFAULT_ALLOWED_VOLUME_TYPES
+) -> list[str]:
+    """The ``spec.podTemplate`` problem of a TrainJob that passed :func:`parse_trainjob` (the
+    renderer's own check, which the operator would otherwise report as ``InvalidSpec``), as
+    ``spec.podTemplate.<key>: message (hint: ...)``; empty when there is none."""
+    try:
+        validate_pod_template(job.spec.pod_template, allowed_volume_types)
+    except ValueError as exc:
+        return [str(exc)]
+    return []
+
+
 def admission_problems(
-    body: Mapping[str, Any], operation: str | None, old: Mapping[str, Any] | None = None
+    body: Mapping[str, Any],
+    operation: str | None,
+    old: Mapping[str, Any] | None = None,
+    allowed_volume_types: frozenset[str] = DEFAULT_ALLOWED_VOLUME_TYPES,
 ) -> list[str]:
     """The lines a denial carries (``field.path: message (hint: ...)``), empty to admit.
 
@@ -104,19 +134,25 @@ def admission_problems(
     ):
         return []
     try:
-        parse_trainjob(body)
+        job = parse_trainjob(body)
     except ManifestError as exc:
         return [error.format() for error in exc.errors]
-    return []
+    return pod_template_problems(job, allowed_volume_types)
 
 
-def review(request: Mapping[str, Any]) -> dict[str, Any]:
+def review(
+    request: Mapping[str, Any],
+    allowed_volume_types: frozenset[str] = DEFAULT_ALLOWED_VOLUME_TYPES,
+) -> dict[str, Any]:
     """The ``AdmissionReview`` response to an ``AdmissionReview`` request (admission.k8s.io/v1):
     allowed, or denied with HTTP 422 and the lines of :func:`admission_problems` joined by
     ``"; "`` (the API server shows them after ``admission webhook ... denied the request:``)."""
     payload = request.get("request") or {}
     problems = admission_problems(
-        payload.get("object") or {}, payload.get("operation"), payload.get("oldObject")
+        payload.get("object") or {},
+        payload.get("operation"),
+        payload.get("oldObject"),
+        allowed_volume_types,
     )
     response: dict[str, Any] = {"uid": payload.get("uid", ""), "allowed": not problems}
     if problems:
@@ -133,7 +169,7 @@ async def serve(server: AdmissionServer, stop_flag: threading.Event) -> None:
     also reloads the certificate when its files change, e.g. a renewed Secret)."""
 
     async def webhook(request: Mapping[str, Any], **_: Any) -> dict[str, Any]:
-        return review(request)
+        return review(request, server.allowed_volume_types)
 
     async def run() -> None:
         async with server.server() as webhook_server:

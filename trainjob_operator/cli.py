@@ -33,6 +33,7 @@ EXIT_INVALID = 2
 
 
 def _validate_command(args: argparse.Namespace) -> int:
+    from trainjob_operator.admission import pod_template_problems
     from trainjob_operator.api.manifest import load_documents
 
     out: TextIO = sys.stdout
@@ -51,14 +52,15 @@ def _validate_command(args: argparse.Namespace) -> int:
         multi = len(docs) > 1
         for doc in docs:
             where = f"{manifest}#{doc.index + 1}" if multi else manifest
-            if doc.ok and doc.trainjob is not None:
+            problems = pod_template_problems(doc.trainjob) if doc.trainjob else []
+            if doc.ok and doc.trainjob is not None and not problems:
                 job = doc.trainjob
                 if not args.quiet:
                     print(f"OK {where} ({job.kind}/{job.metadata.name})", file=out)
                 continue
             failed = True
-            for error in doc.errors:
-                print(f"{where}: {error.format()}", file=out)
+            for line in [e.format() for e in doc.errors] + problems:
+                print(f"{where}: {line}", file=out)
     return EXIT_INVALID if failed else EXIT_OK
 
 

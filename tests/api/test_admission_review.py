@@ -7,8 +7,10 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
+from trainjob_operator import cli
 from trainjob_operator.admission import review
 from trainjob_operator.api.manifest import load_documents
 
@@ -60,3 +62,25 @@ def test_updates_are_checked_only_when_the_spec_changes() -> None:
     assert review(_request("UPDATE", deleting, bad))["response"]["allowed"] is True
     # ...but a spec change must be valid.
     assert review(_request("UPDATE", bad, _job()))["response"]["allowed"] is False
+
+
+def test_pod_template_problems_are_denied_and_printed_by_validate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The renderer's podTemplate check (else an InvalidSpec failure later) runs in both."""
+    bad = _job(podTemplate={"volumes": [{"name": "root", "hostPath": {"path": "/"}}]})
+    answer = review(_request("CREATE", bad))["response"]
+    message = answer["status"]["message"]
+    assert message.startswith(
+        "spec.podTemplate.volumes[0].hostPath: this volume type is not allowed; allowed: "
+    )
+    assert message.endswith(
+        "(hint: a cluster admin can widen the list with the chart value "
+        "podSecurity.allowedVolumeTypes)"
+    )
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    assert cli.main(["validate", str(path)]) == 2
+    assert capsys.readouterr().out == f"{path}: {message}\n"
+    widened = frozenset({"hostPath", "emptyDir"})  # podSecurity.allowedVolumeTypes
+    assert review(_request("CREATE", bad), widened)["response"]["allowed"] is True

@@ -14,10 +14,12 @@ import base64
 import contextlib
 import copy
 import datetime as dt
+import io
 import ipaddress
 import json
 import socket
 import ssl
+import tempfile
 import threading
 import time
 import urllib.error
@@ -34,6 +36,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tests.support import EnvTest
+from trainjob_operator import cli
 from trainjob_operator.admission import WEBHOOK_PATH, AdmissionServer
 from trainjob_operator.api.errors import ManifestError
 from trainjob_operator.api.manifest import load_documents, parse_trainjob
@@ -124,8 +127,15 @@ def _job(namespace: str, name: str, **spec: Any) -> dict[str, Any]:
 
 def _validate_lines(body: dict[str, Any]) -> list[str]:
     """What ``trainjob validate`` prints for ``body`` as a manifest (without the file name)."""
-    [doc] = load_documents(yaml.safe_dump(body))
-    return [error.format() for error in doc.errors]
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "job.yaml"
+        path.write_text(yaml.safe_dump(body))
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = cli.main(["validate", "--quiet", str(path)])
+    lines = [line.removeprefix(f"{path}: ") for line in out.getvalue().splitlines()]
+    assert (code == 0) == (lines == []), lines
+    return lines
 
 
 @pytest.fixture
@@ -242,6 +252,8 @@ INVALID: dict[str, dict[str, Any]] = {
             "pool": {"minReplicas": 3, "maxReplicas": 1},
         },
     },
+    "hostPath": {"podTemplate": {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}},
+    "podTemplate-key": {"podTemplate": {"containers": []}},
     # 120 levels: the API server stores it, trainjob validate refuses it
     "deep-config": {"config": {"a": _deep(120)}},
 }
