@@ -169,10 +169,15 @@ def test_deployment() -> None:
         "requests": {"cpu": "100m", "memory": "256Mi"},
         "limits": {"memory": "512Mi"},
     }
-    # The only writable path: an emptyDir on /tmp (HOME and TMPDIR point there).
-    assert main["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
-    [volume] = pod["spec"]["volumes"]
+    # The only writable path: an emptyDir on /tmp (HOME and TMPDIR point there); the webhook's
+    # certificate is mounted read-only (tests/chart/test_webhook.py).
+    assert main["volumeMounts"] == [
+        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "webhook-cert", "mountPath": "/etc/trainjob-operator/webhook", "readOnly": True},
+    ]
+    volume, cert = pod["spec"]["volumes"]
     assert volume["name"] == "tmp" and "emptyDir" in volume
+    assert cert["name"] == "webhook-cert" and "secret" in cert
     env = {e["name"]: e.get("value") for e in main["env"]}
     assert env["HOME"] == "/tmp" and env["TMPDIR"] == "/tmp"
     assert main["envFrom"] == [{"configMapRef": {"name": "tjo-trainjob-operator-defaults"}}]
