@@ -76,6 +76,9 @@ wheelhouse="$CACHE_DIR/wheelhouse/$(cat "$REPO/pyproject.toml" | sha256sum | cut
 extras=("." ".[runtime,gcs,torch]")
 [[ "$WITH_JAX" == 1 ]] && extras+=(".[jax]")
 mkdir -p "$wheelhouse"
+# Wheelhouses of other pyproject.toml versions are of no further use.
+find "$CACHE_DIR/wheelhouse" -mindepth 1 -maxdepth 1 -type d ! -path "$wheelhouse" \
+    -exec rm -rf {} +
 for spec in "${extras[@]}"; do
     stamp="$wheelhouse/.done-$(printf '%s' "$spec" | tr -c 'a-z0-9' '_')"
     [[ -f "$stamp" ]] && continue

@@ -650,13 +650,20 @@ class Node:
                 continue
             if _alive(pid):
                 continue
-            socket = str(folder / "containerd" / "containerd.sock")
+            # Its containers' shims (found by their containerd socket) and anything else
+            # started with its folder (dnsmasq changes credentials, which clears PDEATHSIG).
             for proc_pid, cmdline in _processes():
-                if "containerd-shim" in cmdline and socket in cmdline:
+                if str(folder) in cmdline:
                     with contextlib.suppress(OSError):
                         os.killpg(proc_pid, signal.SIGKILL)
                     with contextlib.suppress(OSError):
                         os.kill(proc_pid, signal.SIGKILL)
+            # Its pods' network namespaces (containerd's cni-*, made after the folder).
+            started = folder.stat().st_mtime - 60
+            for path in Path("/run/netns").glob("cni-*"):
+                with contextlib.suppress(OSError):
+                    if path.stat().st_mtime >= started:
+                        subprocess.run(["ip", "netns", "delete", path.name], capture_output=True)
             self._unmount_under(folder)
             shutil.rmtree(folder, ignore_errors=True)
             subprocess.run(["ip", "netns", "delete", f"trainjob-node-{pid}"], capture_output=True)
@@ -1012,9 +1019,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         # Other builds of these images (the store is kept between sessions): removed, and
         # containerd's garbage collector frees their layers.
         keep = {name for name, _ in wanted}
-        repositories = {name.rsplit(":", 1)[0] for name in keep}
+        ours = ("localhost/trainjob-", "localhost/fake-gcs-server:", "sha256:")
         for name in sorted(names - keep):
-            if name.rsplit(":", 1)[0] in repositories or name.startswith("sha256:"):
+            if name.startswith(ours):
                 with contextlib.suppress(NodeError):
                     self.ctr("images", "remove", "--sync", name, timeout=300)
         for name, archive in wanted:

@@ -1,0 +1,390 @@
+"""TrainJobs trained in real containers on a real node (:mod:`tests.support.node`).
+
+Everything is real: the images are built from the repository's Dockerfile, the chart is
+installed with Helm's SDK (the CRD, the operator's RBAC, its Deployment: the operator runs in
+its own container with its ServiceAccount's token), fake-gcs-server runs in the cluster behind
+a Service, the scheduler places the pods, the kubelet runs them in containerd, pods find each
+other through Services and cluster DNS, and Ray, torch gloo DDP, checkpoints and validations
+run inside the containers. The tests share one node and one Helm release; each test uses a
+namespace of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+from kubernetes import client as k8s_client
+
+from tests.support.node import Image, Node
+from trainer_runtime.checkpoint import COMMIT_MARKER
+
+pytestmark = [pytest.mark.node, pytest.mark.timeout(1500)]
+
+REPO = Path(__file__).resolve().parents[2]
+CHART_DIR = REPO / "charts" / "trainjob-operator"
+QUICKSTART = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
+JOB = "quickstart"
+RELEASE = "trainjob-operator"
+OPERATOR_NAMESPACE = "trainjob-system"
+STORAGE_NAMESPACE = "trainjob-storage"
+GCS_PORT = 4443
+GCS_HOST = f"fake-gcs.{STORAGE_NAMESPACE}.svc.cluster.local"
+
+T = TypeVar("T")
+
+
+def wait_for(what: str, check: Callable[[], T | None], timeout: float, every: float = 2.0) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(every)
+
+
+class Cluster:
+    """The node with the chart installed and fake-gcs-server running."""
+
+    def __init__(self, node: Node, images: dict[str, Image], gcs_url: str) -> None:
+        self.node = node
+        self.images = images
+        self.gcs_url = gcs_url  # fake-gcs-server's Service, through a bridge to this machine
+        self.api = node.api_client()
+        self.core = k8s_client.CoreV1Api(self.api)
+        self.custom = k8s_client.CustomObjectsApi(self.api)
+
+    def gcs(self) -> Any:
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+
+        return storage.Client(
+            project="test",
+            credentials=AnonymousCredentials(),
+            client_options={"api_endpoint": self.gcs_url},
+        )
+
+    def trainjob(self, namespace: str, name: str = JOB) -> dict[str, Any]:
+        obj = self.custom.get_namespaced_custom_object(
+            "trainjob.dev", "v1alpha1", namespace, "trainjobs", name
+        )
+        return dict(obj)
+
+    def status(self, namespace: str, name: str = JOB) -> dict[str, Any]:
+        return dict(self.trainjob(namespace, name).get("status") or {})
+
+    def wait_phase(self, namespace: str, phase: str, timeout: float) -> dict[str, Any]:
+        def reached() -> dict[str, Any] | None:
+            status = self.status(namespace)
+            if status.get("phase") == "Failed" and phase != "Failed":
+                raise AssertionError(f"the TrainJob failed: {status.get('message')}")
+            return status if status.get("phase") == phase else None
+
+        return wait_for(f"phase {phase}", reached, timeout=timeout)
+
+    def pods(self, namespace: str) -> dict[str, k8s_client.V1Pod]:
+        return {p.metadata.name: p for p in self.core.list_namespaced_pod(namespace).items}
+
+    def dump(self, namespace: str) -> None:
+        """What a failing test shows: the TrainJob, pods, events and logs."""
+        listing = self.node.kubectl(
+            "get", "tj,pods,svc", "-n", namespace, "-o", "wide", check=False
+        )
+        print(listing.stdout)
+        with contextlib.suppress(Exception):
+            print("status:", json.dumps(self.status(namespace), indent=1))
+        print(self.node.kubectl("get", "events", "-n", namespace, check=False).stdout[-6000:])
+        for pod in self.pods(namespace):
+            for previous in ("--previous=true", "--previous=false"):
+                out = self.node.kubectl("logs", "-n", namespace, pod, previous, check=False)
+                if out.returncode == 0:
+                    tail = "\n".join(out.stdout.splitlines()[-60:])
+                    print(f"----- {pod} {previous} -----\n{tail}")
+        operator = self.node.kubectl(
+            "logs", "-n", OPERATOR_NAMESPACE, f"deploy/{RELEASE}", "--tail=80", check=False
+        )
+        print(f"----- operator -----\n{operator.stdout}{operator.stderr}")
+
+
+def _install_chart(node: Node, images: dict[str, Image]) -> None:
+    import helm_python as helm
+
+    repository, tag = images["operator"].name.rsplit(":", 1)
+    config = helm.Config(kubeconfig_path=str(node.kubeconfig), namespace=OPERATOR_NAMESPACE)
+    try:
+        config.install(
+            helm.Chart.load(CHART_DIR),
+            RELEASE,
+            {
+                "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+            },
+            namespace=OPERATOR_NAMESPACE,
+            create_namespace=True,
+        )
+    finally:
+        config.close()
+    # Waiting here rather than in Helm (whose wait a Python signal cannot interrupt).
+    rollout = node.kubectl(
+        "rollout",
+        "status",
+        "-n",
+        OPERATOR_NAMESPACE,
+        f"deployment/{RELEASE}",
+        "--timeout=300s",
+        check=False,
+        timeout=320,
+    )
+    if rollout.returncode != 0:
+        logs = node.kubectl(
+            "logs", "-n", OPERATOR_NAMESPACE, f"deployment/{RELEASE}", "--tail=40", check=False
+        )
+        raise AssertionError(f"the operator did not start: {rollout.stderr}\n{logs.stdout}")
+
+
+def _start_fake_gcs(node: Node, images: dict[str, Image]) -> str:
+    """fake-gcs-server as a pod behind the Service fake-gcs; returns its URL from here."""
+    manifest = f"""
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {STORAGE_NAMESPACE}}}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: fake-gcs
+  namespace: {STORAGE_NAMESPACE}
+  labels: {{app: fake-gcs}}
+spec:
+  # Service links would set FAKE_GCS_PORT=tcp://..., which fake-gcs-server reads as its port.
+  enableServiceLinks: false
+  containers:
+  - name: fake-gcs
+    image: {images["fake-gcs"].name}
+    imagePullPolicy: Never
+    args: ["-scheme", "http", "-host", "0.0.0.0", "-port", "{GCS_PORT}", "-backend", "memory",
+           "-external-url", "http://{GCS_HOST}:{GCS_PORT}",
+           "-public-host", "{GCS_HOST}:{GCS_PORT}", "-log-level", "warn"]
+    ports: [{{containerPort: {GCS_PORT}, name: http}}]
+    readinessProbe:
+      tcpSocket: {{port: {GCS_PORT}}}
+      periodSeconds: 2
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: fake-gcs, namespace: {STORAGE_NAMESPACE}}}
+spec:
+  selector: {{app: fake-gcs}}
+  ports: [{{name: http, port: {GCS_PORT}, targetPort: {GCS_PORT}}}]
+"""
+    node.kubectl("apply", "-f", "-", input=manifest)
+    node.kubectl(
+        "wait",
+        "-n",
+        STORAGE_NAMESPACE,
+        "--for=condition=Ready",
+        "pod/fake-gcs",
+        "--timeout=180s",
+        timeout=200,
+    )
+    service = node.kubectl(
+        "get", "svc", "-n", STORAGE_NAMESPACE, "fake-gcs", "-o", "jsonpath={.spec.clusterIP}"
+    ).stdout.strip()
+    return f"http://127.0.0.1:{node.forward(service, GCS_PORT)}"
+
+
+@pytest.fixture(scope="module")
+def cluster(node: Node, node_images: dict[str, Image]) -> Iterator[Cluster]:
+    _install_chart(node, node_images)
+    env = Cluster(node, node_images, _start_fake_gcs(node, node_images))
+    try:
+        yield env
+    finally:
+        env.api.close()
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[str]:
+    name = f"real-{uuid.uuid4().hex[:8]}"
+    cluster.core.create_namespace({"metadata": {"name": name}})
+    try:
+        yield name
+    finally:
+        report = getattr(request.node, "rep_call", None)
+        if report is None or report.failed:
+            with contextlib.suppress(Exception):
+                cluster.dump(name)
+        # The operator's finalizer runs while the operator is there; then the namespace goes.
+        cluster.node.kubectl("delete", "tj", "--all", "-n", name, "--wait=false", check=False)
+        with contextlib.suppress(k8s_client.ApiException):
+            cluster.core.delete_namespace(name)
+
+
+def make_job(
+    cluster: Cluster, namespace: str, config: dict[str, Any], **spec: Any
+) -> dict[str, Any]:
+    """The quickstart TrainJob in the examples image, sized for a 2-core node, storing its
+    checkpoints in the cluster's fake-gcs-server."""
+    bucket = f"real-{uuid.uuid4().hex[:8]}"
+    cluster.gcs().create_bucket(bucket)
+    body = copy.deepcopy(QUICKSTART)
+    body["metadata"] = {"name": JOB, "namespace": namespace}
+    s = body["spec"]
+    s["image"] = cluster.images["examples"].name
+    s["config"].update(config)
+    s["scaling"]["resourcesPerWorker"] = {"cpu": "200m"}
+    s["validation"]["pool"]["resources"] = {"cpu": "200m"}
+    # The pool asks for GKE spot nodes by default (cloud.google.com/gke-spot); this node is not
+    # one, and the quickstart's pod would stay Pending.
+    s["validation"]["pool"]["spot"] = False
+    s["ray"] = {"head": {"resources": {"cpu": "100m"}}}
+    s["storage"] = {"path": f"gs://{bucket}/runs"}
+    s["env"] = [{"name": "STORAGE_EMULATOR_HOST", "value": f"http://{GCS_HOST}:{GCS_PORT}"}]
+    s.update(spec)
+    cluster.custom.create_namespaced_custom_object(
+        "trainjob.dev", "v1alpha1", namespace, "trainjobs", body
+    )
+    body["bucket"] = bucket
+    return body
+
+
+def test_operator_runs_in_cluster_from_its_image(cluster: Cluster) -> None:
+    pods = cluster.core.list_namespaced_pod(OPERATOR_NAMESPACE).items
+    assert pods
+    for pod in pods:
+        assert pod.status.phase == "Running"
+        [container] = pod.spec.containers
+        assert container.image == cluster.images["operator"].name
+        assert pod.spec.service_account_name == RELEASE
+        assert pod.spec.security_context.run_as_non_root
+    crd = cluster.node.kubectl("get", "crd", "trainjobs.trainjob.dev", "-o", "name").stdout
+    assert crd.strip() == "customresourcedefinition.apiextensions.k8s.io/trainjobs.trainjob.dev"
+
+
+def test_quickstart_trains_to_success_in_containers(cluster: Cluster, namespace: str) -> None:
+    epochs = 2
+    job = make_job(cluster, namespace, {"epochs": epochs})
+    status = cluster.wait_phase(namespace, "Running", timeout=600)
+    assert status["workers"]["desired"] == 2
+    status = cluster.wait_phase(namespace, "Succeeded", timeout=900)
+
+    assert status["progress"]["step"] == epochs - 1
+    latest = status["latestCheckpoint"]
+    prefix = f"gs://{job['bucket']}/runs/{JOB}/checkpoint_"
+    assert latest["path"] == f"{prefix}{epochs - 1:06d}"
+    best = status["bestCheckpoint"]
+    assert best["score"] == best["metrics"]["val_loss"]
+    # Validation ran on the pool scaled up from 0 (every checkpoint validated).
+    assert status["validations"]["done"] == epochs
+    assert status["validations"]["failed"] == 0
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Succeeded"]["status"] == "True"
+    assert status["restarts"] == 0
+
+    # Checkpoints committed in storage: the files, the marker, the manifest.
+    bucket = cluster.gcs().bucket(job["bucket"])
+    objects = sorted(b.name for b in bucket.list_blobs(prefix=f"runs/{JOB}/"))
+    manifest = bucket.blob(f"runs/{JOB}/checkpoint_manifest.json").download_as_text()
+    for epoch in range(epochs):
+        name = f"checkpoint_{epoch:06d}"
+        assert f"runs/{JOB}/{name}/state.pt" in objects, objects
+        assert f"runs/{JOB}/{name}/{COMMIT_MARKER}" in objects, objects
+        assert name in manifest
+
+    # kubectl's printer columns are filled.
+    table = cluster.node.kubectl("get", "tj", JOB, "-n", namespace).stdout.splitlines()
+    header, row = table[0].split(), table[1].split()
+    assert header[:5] == ["NAME", "PHASE", "WORKERS", "STEP", "BEST"], table
+    assert row[0] == JOB and row[1] == "Succeeded" and row[3] == str(epochs - 1), table
+    assert row[4].startswith("checkpoint_") or row[4] != "<none>", table
+
+    # The driver ran DDP over gloo in its own container; the pool and workers were real pods.
+    driver_log = cluster.node.kubectl("logs", "-n", namespace, f"{JOB}-driver").stdout
+    assert "gloo" in driver_log, driver_log[-3000:]
+
+
+def kill_in_container(cluster: Cluster, namespace: str, pod: str, program: str) -> None:
+    """SIGKILL every process of ``program`` in the pod's container (``kubectl exec``; the
+    image has no procps, so Python reads /proc)."""
+    code = (
+        "import os, signal\n"
+        "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+        "    try:\n"
+        "        cmd = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\\0')[0]\n"
+        "    except OSError:\n"
+        "        continue\n"
+        f"    if os.path.basename(cmd) == b'{program}':\n"
+        "        os.kill(int(pid), signal.SIGKILL); print('killed', pid)\n"
+    )
+    out = cluster.node.kubectl("exec", "-n", namespace, pod, "--", "python", "-c", code).stdout
+    assert "killed" in out, out
+
+
+def test_worker_killed_mid_run_resumes_from_its_checkpoint(
+    cluster: Cluster, namespace: str
+) -> None:
+    epochs = 5
+    # Small batches make epochs of seconds, so that the kill lands mid-training.
+    make_job(cluster, namespace, {"epochs": epochs, "batch_size": 8}, failure={"maxFailures": 3})
+    cluster.wait_phase(namespace, "Running", timeout=600)
+    wait_for(
+        "a committed checkpoint",
+        lambda: cluster.status(namespace).get("latestCheckpoint"),
+        timeout=600,
+        every=1.0,
+    )
+    worker = f"{JOB}-w1"
+    old_uid = cluster.pods(namespace)[worker].metadata.uid
+    kill_in_container(cluster, namespace, worker, "raylet")  # the worker's Ray node dies
+
+    status = cluster.wait_phase(namespace, "Succeeded", timeout=900)
+    assert status["progress"]["step"] == epochs - 1
+    assert status["latestCheckpoint"]["step"] == epochs - 1
+    assert status["restarts"] == 0  # the worker group restarted, not the whole cluster
+    assert status["workerFailures"] >= 1
+    driver_log = cluster.node.kubectl("logs", "-n", namespace, f"{JOB}-driver").stdout
+    assert "restarting (failure 1 of 3)" in driver_log, driver_log[-3000:]
+    assert "from gs://" in driver_log, driver_log[-3000:]
+    # The killed worker's container ended with the raylet; the operator replaced the pod.
+    events = cluster.node.kubectl("get", "events", "-n", namespace).stdout
+    assert worker in events
+    assert old_uid is not None
+
+
+def test_deleting_the_trainjob_removes_every_child(cluster: Cluster, namespace: str) -> None:
+    make_job(cluster, namespace, {"epochs": 100})
+    cluster.wait_phase(namespace, "Running", timeout=600)
+    selector = f"trainjob.dev/name={JOB}"
+    kinds = "pods,services,serviceaccounts,roles,rolebindings,secrets,networkpolicies"
+    before = cluster.node.kubectl("get", kinds, "-n", namespace, "-l", selector, "-o", "name")
+    assert f"pod/{JOB}-head" in before.stdout, before.stdout
+
+    cluster.node.kubectl("delete", "tj", JOB, "-n", namespace, "--timeout=300s", timeout=320)
+
+    def nothing_left() -> bool:
+        left = cluster.node.kubectl("get", kinds, "-n", namespace, "-l", selector, "-o", "name")
+        return left.stdout.strip() == ""
+
+    wait_for("every child of the TrainJob deleted", nothing_left, timeout=300)
+
+
+def test_entrypoint_that_does_not_import_fails_with_invalid_input(
+    cluster: Cluster, namespace: str
+) -> None:
+    make_job(cluster, namespace, {"epochs": 1}, entrypoint="examples.quickstart.missing:train_func")
+    status = cluster.wait_phase(namespace, "Failed", timeout=900)
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Failed"]["status"] == "True"
+    assert conditions["Failed"]["reason"] == "InvalidInput", conditions
+    assert "examples.quickstart.missing" in status["message"], status["message"]
+    assert status["restarts"] == 0
