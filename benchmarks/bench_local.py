@@ -70,7 +70,10 @@ def local_loop(config: dict[str, Any]) -> None:
     y = torch.randn(config["batch"], 1)
     every = config["ckpt_every"]
     storage = Path(config["storage"])
-    t0 = time.perf_counter()
+    clock = time.perf_counter
+    report_s: list[float] = []  # report(metrics) calls
+    commit_s: list[float] = []  # report(metrics, checkpoint=) calls (plain: the torch.save)
+    t0 = clock()
     for step in range(config["steps"]):
         loss = (model(x) - y).pow(2).mean()
         opt.zero_grad()
@@ -79,18 +82,77 @@ def local_loop(config: dict[str, Any]) -> None:
         metrics = {"step": step, "loss": float(loss.item())}
         if (step + 1) % every != 0:
             if variant != "plain":
+                r0 = clock()
                 api.report(metrics)
+                report_s.append(clock() - r0)
             continue
         if variant == "plain":
             folder = storage / f"checkpoint_{step}"
             folder.mkdir(parents=True)
+            r0 = clock()
             torch.save(model.state_dict(), folder / "model.pt")
+            commit_s.append(clock() - r0)
             continue
         with tempfile.TemporaryDirectory() as tmp:
             torch.save(model.state_dict(), Path(tmp) / "model.pt")
+            r0 = clock()
             api.report(metrics, checkpoint=api.Checkpoint.from_directory(tmp))
-    loop_s = time.perf_counter() - t0
-    Path(config["out_file"]).write_text(json.dumps({"loop_s": loop_s}))
+            commit_s.append(clock() - r0)
+    loop_s = clock() - t0
+    Path(config["out_file"]).write_text(
+        json.dumps({"loop_s": loop_s, "report_s": report_s, "commit_s": commit_s})
+    )
+
+
+def raw_commit_bound(args: argparse.Namespace, copies: int) -> dict[str, Any]:
+    """What persisting one of the loop's checkpoints costs at least: the same ``state_dict``
+    file (same model, same width) copied into a new folder of the storage path and made
+    durable (``shutil.copyfile``, ``fsync`` of the file, of the new folder and of its parent),
+    ``copies`` times; the median."""
+    import os
+    import shutil
+
+    import torch
+
+    width = args.width
+    model = torch.nn.Sequential(
+        torch.nn.Linear(width, width),
+        torch.nn.ReLU(),
+        torch.nn.Linear(width, width),
+        torch.nn.ReLU(),
+        torch.nn.Linear(width, 1),
+    )
+    storage = common.scratch_dir("local-bound")
+    src = common.scratch_dir("local-bound-src") / "model.pt"
+    torch.save(model.state_dict(), src)
+    size = src.stat().st_size
+    times = []
+    try:
+        for i in range(copies):
+            t0 = time.perf_counter()
+            folder = storage / f"checkpoint_{i}"
+            folder.mkdir()
+            shutil.copyfile(src, folder / "model.pt")
+            for path, flags in (
+                (folder / "model.pt", os.O_RDONLY),
+                (folder, os.O_RDONLY | os.O_DIRECTORY),
+                (storage, os.O_RDONLY | os.O_DIRECTORY),
+            ):
+                fd = os.open(path, flags)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            times.append(time.perf_counter() - t0)
+    finally:
+        common.rmtree(storage)
+        common.rmtree(src.parent)
+    return {
+        "copies": copies,
+        "bytes": size,
+        "median_us": common.median(times) * 1e6,
+        "all_us": [t * 1e6 for t in times],
+    }
 
 
 def run_one(variant: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -144,7 +206,8 @@ def run_one(variant: str, args: argparse.Namespace) -> dict[str, Any]:
                 ),
             ).fit()
         fit_s = time.perf_counter() - t0
-        loop_s = float(json.loads(Path(config["out_file"]).read_text())["loop_s"])
+        out = json.loads(Path(config["out_file"]).read_text())
+        loop_s = float(out["loop_s"])
     finally:
         common.rmtree(storage)
         common.rmtree(out_dir)
@@ -154,6 +217,10 @@ def run_one(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         "loop_s": loop_s,
         "fixed_s": fit_s - loop_s,
         "per_step_us": loop_s / args.steps * 1e6,
+        # Medians of the calls themselves (none for plain's report: it calls nothing).
+        "report_us": common.median(out["report_s"]) * 1e6 if out["report_s"] else None,
+        "commit_us": common.median(out["commit_s"]) * 1e6 if out["commit_s"] else None,
+        "commits": len(out["commit_s"]),
     }
 
 
@@ -167,6 +234,9 @@ def summarize(runs: list[dict[str, Any]], steps: int) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"variant": v, "repeats": len(group)}
         for key in ("fit_s", "loop_s", "fixed_s", "per_step_us"):
             row[key] = common.median([r[key] for r in group])
+        for key in ("report_us", "commit_us"):
+            values = [r[key] for r in group if r.get(key) is not None]
+            row[key] = common.median(values) if values else None
         row["fit_s_all"] = [r["fit_s"] for r in group]
         rows.append(row)
     plain = next((r for r in rows if r["variant"] == "plain"), None)
@@ -205,17 +275,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for v in variants:  # warm-up: imports, allocator, first torch.save
         run_one(v, argparse.Namespace(**{**vars(args), "steps": min(args.steps, 1000)}))
     runs: list[dict[str, Any]] = []
+    bounds: list[dict[str, Any]] = []
     for rep in range(repeats):
         order = variants if rep % 2 == 0 else list(reversed(variants))
+        bounds.append(raw_commit_bound(args, max(args.steps // args.ckpt_every, 5)))
         for v in order:
             run = run_one(v, args)
             run["repeat"] = rep
             print(
                 f"[local] {v:9s} #{rep}: fit {run['fit_s']:.3f} s, loop {run['loop_s']:.3f} s, "
-                f"{run['per_step_us']:.1f} us/step",
+                f"{run['per_step_us']:.1f} us/step, report {common.fmt(run['report_us'], 1)} us, "
+                f"checkpoint {common.fmt(run['commit_us'], 0)} us "
+                f"(raw copy + fsync {bounds[-1]['median_us']:.0f} us)",
                 flush=True,
             )
             runs.append(run)
+    bound_us = common.median([b["median_us"] for b in bounds])
+    summary = summarize(runs, args.steps)
+    for row in summary:
+        if row.get("commit_us") is not None:
+            row["commit_vs_bound"] = row["commit_us"] / bound_us
     data = {
         "params": {
             "steps": args.steps,
@@ -231,7 +310,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         },
         "ray_train": skip_ray_train or "measured",
         "runs": runs,
-        "summary": summarize(runs, args.steps),
+        "summary": summary,
+        # The raw copy + fsync of one checkpoint's files, measured before each repeat.
+        "commit_bound": {"median_us": bound_us, "runs": bounds},
     }
     common.write_result(NAME, data)
     return data
