@@ -27,11 +27,13 @@ from trainer_runtime.context import StorageInfo, TrainContext
 from trainer_runtime.errors import (
     CheckpointUploadError,
     ControllerError,
+    PreemptionError,
     ReportError,
     TrainingFailedError,
     UserConfigError,
     WorkerGroupError,
 )
+from trainer_runtime.preemption import PreemptionInfo
 from trainer_runtime.reported_checkpoint import (
     CheckpointConsistencyMode,
     ReportedCheckpoint,
@@ -130,6 +132,22 @@ def get_context() -> TrainContext:
     return get_session("get_context").context
 
 
+def get_preemption_info() -> PreemptionInfo | None:
+    """The imminent preemption of this run's workers, or ``None`` (Ray Train 2.60's
+    ``ray.train.get_preemption_info()``).
+
+    Non-None once a process running a worker got SIGTERM (Kubernetes' termination notice:
+    the pod's node is drained, reclaimed or under maintenance) or, with Ray workers, once
+    a node of the worker group is being drained in Ray. Every rank must call it the same
+    number of times (it is a collective) and every rank gets the same answer. Save and
+    ``report()`` one last checkpoint when it is not None: once that checkpoint is
+    committed, ``fit()`` raises :class:`PreemptionError` and the next run with the same
+    ``storage_path`` and ``name`` resumes from it. The deadline is the notice's time plus
+    the grace period (``TRAINJOB_TERMINATION_GRACE_PERIOD_S``, default 30 s).
+    """
+    return get_session("get_preemption_info").get_preemption_info()
+
+
 def __getattr__(name: str) -> Any:
     # ``trainer_runtime.TorchTrainer`` / ``JaxTrainer`` without importing torch/jax eagerly.
     if name == "TorchTrainer":
@@ -155,6 +173,8 @@ __all__ = [
     "ControllerError",
     "DataParallelTrainer",
     "FailureConfig",
+    "PreemptionError",
+    "PreemptionInfo",
     "ReportError",
     "ReportedCheckpoint",
     "ReportedCheckpointStatus",
@@ -173,5 +193,6 @@ __all__ = [
     "get_all_reported_checkpoints",
     "get_checkpoint",
     "get_context",
+    "get_preemption_info",
     "report",
 ]

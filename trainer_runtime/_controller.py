@@ -25,6 +25,8 @@ from trainer_runtime.context import TrainContext
 from trainer_runtime.errors import (
     ControllerError,
     FencedError,
+    PreemptionError,
+    PreemptionStop,
     StorageError,
     TrainingFailedError,
     UserConfigError,
@@ -77,6 +79,7 @@ class BaseController:
         #: This driver's epoch in the run folder (see ``_fencing``); 0 until it takes over.
         self.epoch = 0
         self.validator: BaseValidationDispatcher | None = None
+        self._drain_polled = 0.0
 
     @property
     def validation_fn_set(self) -> bool:
@@ -157,6 +160,13 @@ class BaseController:
                     break
                 except (UserConfigError, ValidationDispatchError, FencedError) as exc:
                     raise self._fail(exc) from exc
+                except PreemptionStop as exc:
+                    self._cleanup_partial()
+                    result = self.result(exc)
+                    call_all(self.spec.run.callbacks, "on_run_end", None, exc)
+                    raise PreemptionError(
+                        exc.preemption_info, exc.drain_timed_out, result=result
+                    ) from exc
                 except WorkerFailure as exc:
                     self._after_exception(exc)
                     if exc.permanent:
@@ -364,11 +374,30 @@ class RayController(BaseController):
                         if isinstance(event, WorkerFinishedEvent):
                             finished.add(event.rank)
                     self.coordinator.tick()
+                    self._watch_preemption(group)
                     if rank not in finished:
                         pending[by_rank[rank].actor.poll.remote(POLL_TIMEOUT_S)] = rank
         except WorkerFailure as exc:
             self._salvage(pending, group, finished, exclude=exc.rank)
             raise
+
+    def _watch_preemption(self, group: Any) -> None:
+        """Keep the coordinator's view of drained Ray nodes current (at most once a second,
+        as Ray Train's watcher polls ``get_draining_nodes()``), and stop the attempt once
+        the train function was told of a preemption and a checkpoint was committed since."""
+        now = time.monotonic()
+        if now - self._drain_polled >= 1.0:
+            self._drain_polled = now
+            nodes = {w.node_id for w in group.workers}
+            try:
+                draining = ray_draining_nodes()
+            except Exception as exc:  # noqa: BLE001 - a missed poll is retried
+                logger.debug("get_draining_nodes failed: %s", exc)
+            else:
+                self.coordinator.drained_nodes = {n: d for n, d in draining.items() if n in nodes}
+        if self.coordinator.preempted_and_committed():
+            assert self.coordinator.preemption_notice is not None
+            raise PreemptionStop(self.coordinator.preemption_notice)
 
     def _salvage(
         self, pending: dict[Any, int], group: Any, finished: set[int], exclude: int | None
@@ -442,6 +471,13 @@ class RayController(BaseController):
             env=self.spec.run.worker_env,
             runtime_env=self.spec.run.worker_runtime_env,
         )
+
+
+def ray_draining_nodes() -> dict[str, int]:
+    """Ray Core's draining nodes, ``node id -> deadline ms`` (0: no deadline)."""
+    import ray._private.state
+
+    return dict(ray._private.state.state.get_draining_nodes())
 
 
 def _ray_reply(group: Any) -> Any:

@@ -42,6 +42,7 @@ from trainer_runtime.errors import (
     UserConfigError,
     WorkerFailure,
 )
+from trainer_runtime.preemption import PREEMPTION_CALLER, PreemptionInfo, merge
 from trainer_runtime.storage import Storage
 from trainer_runtime.storage.base import (
     StoredFile,
@@ -123,6 +124,7 @@ class _Collective:
     caller: str
     arrived: dict[int, int] = field(default_factory=dict)  # rank -> request id
     data: Any = None
+    gathered: dict[int, Any] = field(default_factory=dict)  # rank -> its data
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,12 @@ class RunCoordinator:
         self._collectives: dict[int, _Collective] = {}
         self._finished: set[int] = set()
         self._offset = 0
+        #: Ray nodes being drained (node id -> deadline ms), kept current by the controller.
+        self.drained_nodes: dict[str, int] = {}
+        #: The first non-None answer to ``get_preemption_info()``, and the latest committed
+        #: checkpoint when it was given (the controller stops once a newer one is committed).
+        self.preemption_notice: PreemptionInfo | None = None
+        self.latest_at_notice: Any = None
 
     # -- attempts -------------------------------------------------------------------------
     def begin_attempt(self, world_size: int) -> int:
@@ -255,10 +263,14 @@ class RunCoordinator:
             collective.arrived[event.rank] = event.request_id
             if event.rank == 0:
                 collective.data = data
+            collective.gathered[event.rank] = data
             if len(collective.arrived) == self.world_size:
                 del self._collectives[seq]
+                answer = collective.data
+                if caller == PREEMPTION_CALLER:
+                    answer = self._preemption_answer(collective.gathered)
                 for rank, request_id in sorted(collective.arrived.items()):
-                    self._send(rank, request_id, collective.data)
+                    self._send(rank, request_id, answer)
             else:
                 self._check_stranded()
         elif event.kind == "reported_checkpoints":
@@ -271,6 +283,28 @@ class RunCoordinator:
             self._check_stranded()
         else:  # pragma: no cover - the session sends only the kinds above
             raise UserConfigError(f"unknown request {event.kind!r} from rank {event.rank}")
+
+    def _preemption_answer(self, gathered: dict[int, Any]) -> PreemptionInfo | None:
+        """``get_preemption_info()``'s one answer for every rank: the ranks' own notices
+        (SIGTERM) and the drained Ray nodes of this worker group."""
+        info = merge(gathered, self.drained_nodes)
+        if info is not None and self.preemption_notice is None:
+            self.preemption_notice = info
+            self.latest_at_notice = self.manager.latest
+            logger.warning(
+                "Preemption notice for ranks %s (deadline %s ms): the run stops once the next "
+                "checkpoint is committed",
+                info.preempted_ranks,
+                info.deadline_ms,
+            )
+        return info
+
+    def preempted_and_committed(self) -> bool:
+        """Whether the train function was told of a preemption and a checkpoint was
+        committed since: the run can stop, nothing is lost."""
+        return (
+            self.preemption_notice is not None and self.manager.latest is not self.latest_at_notice
+        )
 
     def _answer_queries(self, now: float | None = None) -> None:
         """Answer the ``get_all_reported_checkpoints()`` calls whose wait is over."""

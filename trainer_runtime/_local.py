@@ -26,7 +26,8 @@ from trainer_runtime._session import TrainSession
 from trainer_runtime._worker import run_train_fn
 from trainer_runtime.checkpoint import Checkpoint
 from trainer_runtime.context import TrainContext
-from trainer_runtime.errors import TrainingFailedError, UserConfigError
+from trainer_runtime.errors import PreemptionStop, TrainingFailedError, UserConfigError
+from trainer_runtime.preemption import install_sigterm_handler
 
 logger = logging.getLogger("trainer_runtime")
 
@@ -150,6 +151,10 @@ class _Consumer(_EventDrain):
                 continue
             try:
                 self.coordinator.handle(event)
+                if self.coordinator.preempted_and_committed():
+                    assert self.coordinator.preemption_notice is not None
+                    # raised in the train thread at its next get_preemption_info()
+                    self.error = PreemptionStop(self.coordinator.preemption_notice)
             except BaseException as exc:  # noqa: BLE001 - re-raised in the train thread
                 self.error = exc
 
@@ -248,6 +253,7 @@ class LocalController(BaseController):
             self._run_torchrun_rank(ranks)
             return
         spec = self.spec
+        install_sigterm_handler()  # SIGTERM -> get_preemption_info() (main thread only)
         offset = self.coordinator.begin_attempt(1)
         consumer = _Consumer(self, 1)
         context = self._context(ranks)

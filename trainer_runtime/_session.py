@@ -424,6 +424,24 @@ class TrainSession:
             return data
         return self.request("collective", (self.collective_seq, caller, data))
 
+    def get_preemption_info(self) -> Any:
+        """See :func:`trainer_runtime.get_preemption_info`: a collective that gathers every
+        rank's notice and returns the controller's one answer."""
+        from trainer_runtime import preemption
+
+        if self._health_check is not None:
+            self._health_check()
+        noticed, deadline_ms = preemption.local_notice()
+        self.collective_seq += 1
+        return self.request(
+            "collective",
+            (
+                self.collective_seq,
+                preemption.PREEMPTION_CALLER,
+                (preemption.node_id(), noticed, deadline_ms),
+            ),
+        )
+
     def get_all_reported_checkpoints(self, consistency_mode: Any, timeout_s: float | None) -> Any:
         """See :func:`trainer_runtime.get_all_reported_checkpoints`."""
         from trainer_runtime.reported_checkpoint import CheckpointConsistencyMode

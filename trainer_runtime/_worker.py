@@ -15,6 +15,7 @@ from trainer_runtime._events import Event, EventBuffer
 from trainer_runtime._session import TrainSession
 from trainer_runtime.checkpoint import Checkpoint
 from trainer_runtime.context import TrainContext
+from trainer_runtime.preemption import install_sigterm_handler
 
 
 def call_train_fn(fn: Callable[..., Any], config: dict[str, Any] | None) -> Any:
@@ -73,6 +74,8 @@ class TrainWorker:
     """
 
     def __init__(self) -> None:
+        # SIGTERM to this process becomes a preemption notice (get_preemption_info()).
+        install_sigterm_handler()
         self._events = EventBuffer()
         self._thread: threading.Thread | None = None
         self._session: TrainSession | None = None

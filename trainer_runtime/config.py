@@ -260,6 +260,13 @@ class FailureConfig:
     max_failures: int = 0
     restart_backoff_s: float = 2.0
     max_restart_backoff_s: float = 60.0
+    #: Ray Train 2.60's preemption fields, accepted and checked. A preemption ends
+    #: ``fit()`` with :class:`PreemptionError` once the last checkpoint is committed (the
+    #: process or node is going away); the restart is the operator's (a disruption is not
+    #: counted against ``failure.maxRestarts``), so these do not change what happens yet.
+    max_preemption_failures: int = -1
+    relax_collectives_on_preemption: bool = False
+    preemption_grace_s: float = 0.0
 
     def __post_init__(self) -> None:
         if (
@@ -271,7 +278,21 @@ class FailureConfig:
                 f"FailureConfig.max_failures must be an int >= -1 (-1 = unlimited), "
                 f"got {self.max_failures!r}"
             )
-        for name in ("restart_backoff_s", "max_restart_backoff_s"):
+        if (
+            not isinstance(self.max_preemption_failures, int)
+            or isinstance(self.max_preemption_failures, bool)
+            or self.max_preemption_failures < -1
+        ):
+            raise ValueError(
+                f"FailureConfig.max_preemption_failures must be an int >= -1 (-1 = unlimited), "
+                f"got {self.max_preemption_failures!r}"
+            )
+        if not isinstance(self.relax_collectives_on_preemption, bool):
+            raise ValueError(
+                "FailureConfig.relax_collectives_on_preemption must be a bool, got "
+                f"{self.relax_collectives_on_preemption!r}"
+            )
+        for name in ("restart_backoff_s", "max_restart_backoff_s", "preemption_grace_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise ValueError(f"FailureConfig.{name} must be a number >= 0, got {value!r}")

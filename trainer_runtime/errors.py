@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from trainer_runtime.preemption import PreemptionInfo
     from trainer_runtime.result import Result
 
 
@@ -76,6 +77,43 @@ class ControllerError(TrainingFailedError):
 
     def __reduce__(self) -> Any:
         return (self.__class__, (self.controller_failure, self._message))
+
+
+class PreemptionError(TrainingFailedError):
+    """Training stopped because of a preemption (``ray.train.PreemptionError``).
+
+    Raised by ``fit()`` once the train function was told of the preemption
+    (:func:`trainer_runtime.get_preemption_info`) and a checkpoint reported after that was
+    committed, or when the notice's deadline passed first (``drain_timed_out``). The next
+    run with the same ``storage_path`` and ``name`` resumes from ``result.checkpoint``.
+    """
+
+    def __init__(
+        self,
+        preemption_info: PreemptionInfo,
+        drain_timed_out: bool = False,
+        result: Result | None = None,
+    ) -> None:
+        self.preemption_info = preemption_info
+        self.drain_timed_out = drain_timed_out
+        super().__init__(
+            "Training was interrupted by node preemption "
+            f"(preempted_ranks={preemption_info.preempted_ranks}, "
+            f"drain_timed_out={drain_timed_out}).",
+            result=result,
+        )
+
+    def __reduce__(self) -> Any:
+        return (self.__class__, (self.preemption_info, self.drain_timed_out))
+
+
+class PreemptionStop(TrainerRuntimeError):
+    """Internal: the attempt stops after a preemption notice (see :class:`PreemptionError`)."""
+
+    def __init__(self, preemption_info: PreemptionInfo, drain_timed_out: bool = False) -> None:
+        super().__init__(f"preempted ranks {preemption_info.preempted_ranks}")
+        self.preemption_info = preemption_info
+        self.drain_timed_out = drain_timed_out
 
 
 class WorkerFailure(TrainerRuntimeError):

@@ -1,0 +1,85 @@
+"""Preemption notices with real processes: SIGTERM to the process running a worker (local
+mode, or a Ray worker actor's process) mid-run -> the train function sees
+``get_preemption_info()``, reports a final checkpoint, the runtime commits it and
+``fit()`` raises ``PreemptionError``; a new run with the same storage and name resumes
+from that checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+from trainer_runtime import Result
+
+
+def _start(storage: Path, num_workers: int, config: dict[str, Any]) -> subprocess.Popen[str]:
+    spec = {"storage": str(storage), "num_workers": num_workers, "config": config}
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "TRAINJOB_TERMINATION_GRACE_PERIOD_S": "600"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.faults.preemption_main", json.dumps(spec)],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _result(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-4000:]
+    lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
+    assert lines, (out[-2000:], err[-4000:])
+    result: dict[str, Any] = json.loads(lines[-1][len("RESULT ") :])
+    return result
+
+
+def _wait_for_pid(ready: Path, proc: subprocess.Popen[str]) -> int:
+    while not ready.exists() or not ready.read_text():
+        if proc.poll() is not None:
+            raise AssertionError(f"the run ended before it was ready: {proc.communicate()}")
+        time.sleep(0.05)
+    return int(ready.read_text())
+
+
+@pytest.mark.parametrize("num_workers", [0, 2], ids=["local", "ray-workers"])
+def test_sigterm_mid_run_commits_a_final_checkpoint_and_the_next_run_resumes_from_it(
+    tmp_path: Path, num_workers: int
+) -> None:
+    storage = tmp_path / "runs"
+    ready = tmp_path / "ready"
+    signal_rank = 1 if num_workers else 0
+    proc = _start(storage, num_workers, {"ready_file": str(ready), "signal_rank": signal_rank})
+    pid = _wait_for_pid(ready, proc)
+    if num_workers:
+        assert pid != proc.pid  # the Ray worker's process, not the driver
+    os.kill(pid, signal.SIGTERM)
+    preempted = _result(proc)
+
+    # Every rank saw the same notice: the ranks of the signalled process's node.
+    assert preempted["preempted_ranks"] == ([0, 1] if num_workers else [0])
+    assert preempted["deadline_ms"] is not None
+    assert preempted["metrics"]["final"] is True
+    final_step = preempted["metrics"]["step"]
+    assert final_step >= 2
+    # The final checkpoint is committed (Result.from_path verifies markers and files).
+    stored = Result.from_path(storage / "run")
+    assert stored.checkpoint is not None
+    assert stored.checkpoint.path == preempted["checkpoint"]
+    assert stored.metrics["final"] is True
+    folder = Path(stored.checkpoint.path)
+    assert json.loads((folder / "state.json").read_text()) == {"step": final_step}
+    for rank in range(max(num_workers, 1)):
+        assert (folder / f"rank{rank}.txt").exists()
+
+    resumed = _result(_start(storage, num_workers, {"resume": True, "signal_rank": 0}))
+    assert resumed["metrics"] == {"start": final_step + 1}

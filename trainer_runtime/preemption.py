@@ -1,0 +1,151 @@
+"""Preemption notices: Ray Train 2.60's ``PreemptionInfo`` and how a termination notice
+reaches the train function.
+
+A worker process that gets SIGTERM (Kubernetes' termination notice: spot reclaim, node
+drain, TPU maintenance) records a notice with a deadline ``now + grace period`` instead of
+exiting; the grace period is ``TRAINJOB_TERMINATION_GRACE_PERIOD_S`` (default 30 s,
+Kubernetes' default ``terminationGracePeriodSeconds``). A second SIGTERM terminates at once.
+With Ray workers the controller also sees Ray node drains (``get_draining_nodes()``, as Ray
+Train's watcher). :func:`trainer_runtime.get_preemption_info` gathers every rank's view and
+gives every rank the same answer.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+__all__ = ["PreemptionInfo"]
+
+#: The collective name ``get_preemption_info()`` uses (the coordinator merges its payloads).
+PREEMPTION_CALLER = "trainer_runtime.get_preemption_info"
+GRACE_ENV = "TRAINJOB_TERMINATION_GRACE_PERIOD_S"
+DEFAULT_GRACE_S = 30.0
+
+
+@dataclass(frozen=True)
+class PreemptionInfo:
+    """An imminent preemption (``ray.train.PreemptionInfo``).
+
+    Attributes:
+        deadline_ms: earliest deadline (UNIX time in milliseconds) across the preempted
+            nodes; ``None`` if none was given.
+        preempted_node_to_ranks: each preempted node id -> the world ranks running on it.
+    """
+
+    deadline_ms: int | None
+    preempted_node_to_ranks: dict[str, list[int]]
+
+    @property
+    def preempted_node_ids(self) -> list[str]:
+        """Preempted node ids, sorted."""
+        return sorted(self.preempted_node_to_ranks)
+
+    @property
+    def preempted_ranks(self) -> list[int]:
+        """Every affected rank, ascending."""
+        return sorted({r for ranks in self.preempted_node_to_ranks.values() for r in ranks})
+
+
+_lock = threading.Lock()
+_notice_deadline_ms: int | None = None
+_noticed = False
+
+
+def grace_period_s() -> float:
+    """The grace period this process assumes (``TRAINJOB_TERMINATION_GRACE_PERIOD_S``)."""
+    raw = os.environ.get(GRACE_ENV, "")
+    try:
+        return float(raw) if raw else DEFAULT_GRACE_S
+    except ValueError:
+        return DEFAULT_GRACE_S
+
+
+def notify(deadline_ms: int | None) -> None:
+    """Record a termination notice for this process (the SIGTERM handler calls this)."""
+    global _notice_deadline_ms, _noticed
+    with _lock:
+        if not _noticed or (
+            deadline_ms is not None
+            and (_notice_deadline_ms is None or deadline_ms < _notice_deadline_ms)
+        ):
+            _notice_deadline_ms = deadline_ms
+        _noticed = True
+
+
+def local_notice() -> tuple[bool, int | None]:
+    """Whether this process got a termination notice, and its deadline (ms)."""
+    with _lock:
+        return _noticed, _notice_deadline_ms
+
+
+def clear() -> None:
+    """Forget the notice (tests; a process reused for a new run)."""
+    global _notice_deadline_ms, _noticed
+    with _lock:
+        _notice_deadline_ms, _noticed = None, False
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    noticed, _ = local_notice()
+    if noticed:  # a second SIGTERM: terminate as if there were no handler
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    notify(int((time.time() + grace_period_s()) * 1000))
+
+
+def install_sigterm_handler() -> bool:
+    """Turn the first SIGTERM into a notice. Only possible on the main thread (Python's
+    rule); returns whether it was installed."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    return True
+
+
+def node_id() -> str:
+    """The Ray node id of this process when it runs in Ray, else the host name."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return str(ray.get_runtime_context().get_node_id())
+    except Exception:  # noqa: BLE001 - fall back to the host name
+        pass
+    return socket.gethostname()
+
+
+def merge(reports: dict[int, Any], drained: dict[str, int] | None = None) -> PreemptionInfo | None:
+    """One answer from every rank's ``(node_id, noticed, deadline_ms)`` and the drained
+    Ray nodes (``node_id -> deadline_ms``, 0 = no deadline)."""
+    node_ranks: dict[str, list[int]] = {}
+    for rank, (node, _, _) in sorted(reports.items()):
+        node_ranks.setdefault(node, []).append(rank)
+    preempted: dict[str, int | None] = {}
+    for node, noticed, deadline in reports.values():
+        if noticed:
+            preempted[node] = _earliest(preempted.get(node), deadline)
+    for node, deadline in (drained or {}).items():
+        if node in node_ranks:
+            preempted[node] = _earliest(preempted.get(node), deadline or None)
+    if not preempted:
+        return None
+    deadlines = [d for d in preempted.values() if d is not None]
+    return PreemptionInfo(
+        min(deadlines) if deadlines else None, {n: node_ranks[n] for n in sorted(preempted)}
+    )
+
+
+def _earliest(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a, b)
