@@ -388,3 +388,34 @@ def test_entrypoint_that_does_not_import_fails_with_invalid_input(
     assert conditions["Failed"]["reason"] == "InvalidInput", conditions
     assert "examples.quickstart.missing" in status["message"], status["message"]
     assert status["restarts"] == 0
+
+
+def test_suspend_tears_down_and_resume_continues_from_the_checkpoint(
+    cluster: Cluster, namespace: str
+) -> None:
+    epochs = 6
+    make_job(cluster, namespace, {"epochs": epochs, "batch_size": 8})
+    cluster.wait_phase(namespace, "Running", timeout=600)
+    wait_for(
+        "a committed checkpoint",
+        lambda: cluster.status(namespace).get("latestCheckpoint"),
+        timeout=600,
+        every=1.0,
+    )
+    patch = {"spec": {"suspend": True}}
+    cluster.custom.patch_namespaced_custom_object(
+        "trainjob.dev", "v1alpha1", namespace, "trainjobs", JOB, patch
+    )
+    cluster.wait_phase(namespace, "Suspended", timeout=300)
+    wait_for("every pod gone", lambda: not cluster.pods(namespace), timeout=300)
+
+    patch = {"spec": {"suspend": False}}
+    cluster.custom.patch_namespaced_custom_object(
+        "trainjob.dev", "v1alpha1", namespace, "trainjobs", JOB, patch
+    )
+    status = cluster.wait_phase(namespace, "Succeeded", timeout=900)
+    assert status["progress"]["step"] == epochs - 1
+    assert status["latestCheckpoint"]["step"] == epochs - 1
+    # The new driver resumed from a checkpoint in storage rather than from scratch.
+    driver_log = cluster.node.kubectl("logs", "-n", namespace, f"{JOB}-driver").stdout
+    assert "Resuming run" in driver_log, driver_log[-3000:]
