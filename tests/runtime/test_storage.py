@@ -68,6 +68,42 @@ def test_local_write_leaves_no_temp_files(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["m.json"]
 
 
+def test_local_upload_and_marker_writes_are_fsynced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every stored file, every folder naming one, and a small write's folder reach fsync(2).
+
+    Power loss cannot be simulated here, so the test records which paths the storage layer
+    fsyncs (the only stand-in in this file): a commit marker must never outlive its files.
+    """
+    src = tmp_path / "src"
+    expected = _make_tree(src)
+    synced: list[Path] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(Path(os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    storage = get_storage(str(tmp_path / "store"))
+    dest = tmp_path / "store" / "checkpoint_000001"
+    storage.upload_dir(src, str(dest))
+    for rel in expected:
+        assert dest / rel in synced, f"{rel} was stored without fsync"
+        parent = (dest / rel).parent
+        while parent != dest.parent:
+            assert parent in synced, f"folder {parent} (names {rel}) was not fsynced"
+            parent = parent.parent
+    assert dest.parent in synced
+    synced.clear()
+    storage.write_bytes(str(dest / ".marker.json"), b"{}")
+    assert dest in synced, "the folder of a renamed small write was not fsynced"
+    synced.clear()
+    storage.download_dir(str(dest), tmp_path / "restored")
+    assert synced == [], "a restored copy is scratch space: no fsync expected"
+
+
 def test_gcs_large_file_uses_chunked_upload(gcs_bucket: str, tmp_path: Path) -> None:
     # A small threshold makes the resumable, chunked path run on a 3 MiB file.
     storage = GCSStorage(chunk_size=256 * 1024, chunked_threshold=1 * 2**20)

@@ -21,6 +21,32 @@ def _stored(path: Path) -> StoredFile:
     return StoredFile(st.st_size, str(st.st_mtime_ns))
 
 
+def _fsync_path(path: Path) -> None:
+    """Flush a file's or folder's data and metadata to the device (``fsync(2)``)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_folders(dest: Path, rels: Sequence[str]) -> None:
+    """fsync ``dest``, every folder under it that holds one of ``rels``, and ``dest``'s parent.
+
+    A file's own fsync does not make its name durable: the folder entries that lead to it must be
+    flushed too (``fsync(2)``), or a power loss can leave a committed marker whose files are gone.
+    """
+    folders = {dest}
+    for rel in rels:
+        parent = (dest / rel).parent
+        while parent != dest and dest in parent.parents:
+            folders.add(parent)
+            parent = parent.parent
+    for folder in sorted(folders, key=lambda f: len(f.parts), reverse=True):
+        _fsync_path(folder)
+    _fsync_path(dest.parent)
+
+
 class LocalStorage(Storage):
     """Files under an absolute local path."""
 
@@ -32,7 +58,24 @@ class LocalStorage(Storage):
         files: Sequence[str] | None = None,
         check: UploadCheck | None = None,
     ) -> TransferStats:
-        """Copy the folder's files (``copyfile`` uses the kernel's zero-copy path)."""
+        """Copy the folder's files (``copyfile`` uses the kernel's zero-copy path) durably.
+
+        Every stored file, and the folders that name it, are fsynced before this returns, so a
+        commit marker written afterwards never outlives its files on a power loss (the commit
+        invariant). A checkpoint written in place (the folder is already ``dest_uri``) is
+        fsynced the same way.
+        """
+        return self._copy_dir(local_dir, dest_uri, files=files, check=check, durable=True)
+
+    def _copy_dir(
+        self,
+        local_dir: Path,
+        dest_uri: str,
+        *,
+        files: Sequence[str] | None,
+        check: UploadCheck | None,
+        durable: bool,
+    ) -> TransferStats:
         start = time.perf_counter()
         src = Path(local_dir).resolve()
         dest = Path(dest_uri)
@@ -46,11 +89,15 @@ class LocalStorage(Storage):
             if not in_place:  # else the checkpoint was written in place: nothing to copy
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(src / rel, target)
+            if durable:
+                _fsync_path(target)
             stored = _stored(target)
             stats.stored[rel] = stored
             stats.files += 1
             stats.bytes += stored.size
         dest.mkdir(parents=True, exist_ok=True)
+        if durable:
+            _fsync_folders(dest, rels)
         stats.seconds = time.perf_counter() - start
         return stats
 
@@ -59,10 +106,11 @@ class LocalStorage(Storage):
         src = Path(src_uri)
         if not src.is_dir():
             raise FileNotFoundError(f"checkpoint folder {src_uri} does not exist")
-        return self.upload_dir(src, str(local_dir))
+        # A restored copy is scratch space: no fsync.
+        return self._copy_dir(src, str(local_dir), files=None, check=None, durable=False)
 
     def write_bytes(self, uri: str, data: bytes) -> None:
-        """Write via a temporary file and ``os.replace`` so readers never see half a file."""
+        """Write via a temporary file and ``os.replace`` so readers never see half a file; durable."""
         path = Path(uri)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -75,6 +123,7 @@ class LocalStorage(Storage):
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        _fsync_path(path.parent)  # the rename itself is durable only once its folder is flushed
 
     def read_bytes(self, uri: str) -> bytes:
         """Read the file."""
