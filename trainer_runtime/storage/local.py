@@ -110,7 +110,7 @@ class LocalStorage(Storage):
         return self._copy_dir(src, str(local_dir), files=None, check=None, durable=False)
 
     def write_bytes(self, uri: str, data: bytes) -> None:
-        """Write via a temporary file and ``os.replace`` so readers never see half a file; durable."""
+        """Write durably via a temporary file and ``os.replace``: readers never see half a file."""
         path = Path(uri)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
