@@ -15,12 +15,13 @@ from typing import Any
 
 import trainer_runtime as tr
 from trainer_runtime import DataParallelTrainer, PreemptionError, RunConfig, ScalingConfig
+from trainer_runtime.preemption import node_id
 
 
 def preemptible_train(config: dict[str, Any]) -> None:
-    """Steps forever; rank ``signal_rank`` writes its pid to ``ready_file`` after two steps
-    (the test then sends SIGTERM). On a preemption notice every rank saves one checkpoint;
-    with ``resume`` it only records where it starts and returns."""
+    """Steps forever; rank ``signal_rank`` writes its pid and node to ``ready_file`` after
+    two steps (the test then sends SIGTERM or drains the node). On a preemption notice
+    every rank saves one checkpoint; with ``resume`` it only records where it starts."""
     rank = tr.get_context().get_world_rank()
     start = 0
     if (ckpt := tr.get_checkpoint()) is not None:
@@ -44,7 +45,8 @@ def preemptible_train(config: dict[str, Any]) -> None:
             saved = True
             continue
         if step == start + 2 and rank == config["signal_rank"]:
-            Path(config["ready_file"]).write_text(str(os.getpid()))
+            node = node_id()
+            Path(config["ready_file"]).write_text(json.dumps({"pid": os.getpid(), "node": node}))
         tr.report({"step": step})
 
 

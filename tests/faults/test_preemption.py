@@ -48,7 +48,7 @@ def _wait_for_pid(ready: Path, proc: subprocess.Popen[str]) -> int:
         if proc.poll() is not None:
             raise AssertionError(f"the run ended before it was ready: {proc.communicate()}")
         time.sleep(0.05)
-    return int(ready.read_text())
+    return int(json.loads(ready.read_text())["pid"])
 
 
 @pytest.mark.parametrize("num_workers", [0, 2], ids=["local", "ray-workers"])
