@@ -567,12 +567,37 @@ class EnvTest:
                 )
             time.sleep(0.2)
 
+    def _release_finalizers(self, crd_spec: dict[str, Any]) -> None:
+        """Clear ``metadata.finalizers`` on every object of a CustomResourceDefinition."""
+        version = next(v["name"] for v in crd_spec["versions"] if v.get("served", True))
+        plural = crd_spec["names"]["plural"]
+        base = f"/apis/{crd_spec['group']}/{version}"
+        status, listing = self.request("GET", f"{base}/{plural}")
+        if status != 200 or not isinstance(listing, dict):
+            return
+        for item in listing.get("items") or []:
+            meta = item.get("metadata") or {}
+            if not meta.get("finalizers"):
+                continue
+            namespace = meta.get("namespace")
+            scope = f"/namespaces/{namespace}" if namespace else ""
+            self.request(
+                "PATCH",
+                f"{base}{scope}/{plural}/{meta['name']}",
+                {"metadata": {"finalizers": None}},
+            )
+
     def delete_crd(self, name: str, timeout: float = 60.0) -> None:
         """Delete a CustomResourceDefinition (and so its objects); wait until it is gone."""
         path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+        status, crd = self.request("GET", path)
         status, result = self.request("DELETE", path)
         if status not in (200, 202, 404):
             raise EnvTestError(f"deleting CustomResourceDefinition {name} failed: {result}")
+        if isinstance(crd, dict) and "spec" in crd:
+            # Objects left by an operator another test stopped keep its finalizer, and the CRD
+            # is not removed while one of them exists: release them (no operator runs now).
+            self._release_finalizers(crd["spec"])
         deadline = time.monotonic() + timeout
         while self.request("GET", path)[0] != 404:
             if time.monotonic() > deadline:
