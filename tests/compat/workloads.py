@@ -62,6 +62,10 @@ def steps_train(config: dict[str, Any]) -> None:
         marker = config.get("fail_marker")
         if rank == 0 and step == config.get("fail_at") and marker and not os.path.exists(marker):
             Path(marker).write_text("failed once")
+            # Fail only once the checkpoints reported so far are registered (Ray Train's
+            # controller takes them in asynchronously: under load a failure could otherwise
+            # outrun the registration and the retry would start from scratch).
+            train.get_all_reported_checkpoints()
             raise RuntimeError(f"injected failure at step {step}")
         shards = bool(config.get("shards"))
         checkpoint = None
