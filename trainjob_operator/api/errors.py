@@ -167,6 +167,7 @@ def _shown(err: Mapping[str, Any]) -> str:
 
 
 def yaml_type(value: object) -> str:
+    """How a manifest reader names ``value``'s type in an error ("a string", "a mapping"...)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -177,7 +178,7 @@ def yaml_type(value: object) -> str:
         return "a string"
     if isinstance(value, list):
         return "a list"
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         return "a mapping"
     return type(value).__name__
 

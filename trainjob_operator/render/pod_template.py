@@ -39,6 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainjob_operator.api.errors import yaml_type
 from trainjob_operator.constants import LABEL_PREFIX
 from trainjob_operator.render.options import DEFAULT_ALLOWED_VOLUME_TYPES
 
@@ -141,30 +142,14 @@ def _where(key: str) -> str:
     return f"spec.podTemplate.{key}"
 
 
-def _type_name(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, Mapping):
-        return "a mapping"
-    return type(value).__name__
-
-
 def _string_map(key: str, value: Any) -> dict[str, str]:
     if not isinstance(value, Mapping):
-        raise ValueError(f"{_where(key)}: expected a mapping of strings, got {_type_name(value)}")
+        raise ValueError(f"{_where(key)}: expected a mapping of strings, got {yaml_type(value)}")
     out: dict[str, str] = {}
     for k, v in value.items():
         if not isinstance(k, str) or not isinstance(v, str):
             raise ValueError(
-                f"{_where(key)}[{k!r}]: keys and values must be strings, got {_type_name(v)} "
+                f"{_where(key)}[{k!r}]: keys and values must be strings, got {yaml_type(v)} "
                 "(quote numbers and booleans in YAML)"
             )
         out[k] = v
@@ -186,10 +171,10 @@ def _metadata_map(key: str, value: Any) -> dict[str, str]:
 
 def _map_list(key: str, value: Any) -> list[dict[str, Any]]:
     if not isinstance(value, list):
-        raise ValueError(f"{_where(key)}: expected a list of mappings, got {_type_name(value)}")
+        raise ValueError(f"{_where(key)}: expected a list of mappings, got {yaml_type(value)}")
     for index, item in enumerate(value):
         if not isinstance(item, Mapping):
-            raise ValueError(f"{_where(key)}[{index}]: expected a mapping, got {_type_name(item)}")
+            raise ValueError(f"{_where(key)}[{index}]: expected a mapping, got {yaml_type(item)}")
     return [copy.deepcopy(dict(item)) for item in value]
 
 
@@ -305,7 +290,7 @@ def _check_node_affinity(node_affinity: Mapping[str, Any]) -> None:
 
 def _affinity(value: Any) -> dict[str, Any]:
     if not isinstance(value, Mapping):
-        raise ValueError(f"{_where('affinity')}: expected a mapping, got {_type_name(value)}")
+        raise ValueError(f"{_where('affinity')}: expected a mapping, got {yaml_type(value)}")
     out: dict[str, Any] = {}
     for k, v in value.items():
         if k not in _AFFINITY_KEYS:
@@ -313,7 +298,7 @@ def _affinity(value: Any) -> dict[str, Any]:
                 f"{_where('affinity')}.{k}: unknown key; accepted: {', '.join(_AFFINITY_KEYS)}"
             )
         if not isinstance(v, Mapping):
-            raise ValueError(f"{_where('affinity')}.{k}: expected a mapping, got {_type_name(v)}")
+            raise ValueError(f"{_where('affinity')}.{k}: expected a mapping, got {yaml_type(v)}")
         if k == "nodeAffinity":
             _check_node_affinity(v)
         else:
@@ -321,7 +306,7 @@ def _affinity(value: Any) -> dict[str, Any]:
                 if not isinstance(terms, list):
                     raise ValueError(
                         f"{_where('affinity')}.{k}.{term_key}: expected a list, got "
-                        f"{_type_name(terms)}"
+                        f"{yaml_type(terms)}"
                     )
         out[k] = copy.deepcopy(dict(v))
     return out
@@ -329,9 +314,7 @@ def _affinity(value: Any) -> dict[str, Any]:
 
 def _security_context(value: Any) -> dict[str, Any]:
     if not isinstance(value, Mapping):
-        raise ValueError(
-            f"{_where('securityContext')}: expected a mapping, got {_type_name(value)}"
-        )
+        raise ValueError(f"{_where('securityContext')}: expected a mapping, got {yaml_type(value)}")
     out: dict[str, Any] = {}
     for k, v in value.items():
         where = f"{_where('securityContext')}.{k}"
@@ -364,7 +347,7 @@ def _is_int(value: object) -> bool:
 
 def _string(key: str, value: Any) -> str:
     if not isinstance(value, str) or not value:
-        raise ValueError(f"{_where(key)}: expected a non-empty string, got {_type_name(value)}")
+        raise ValueError(f"{_where(key)}: expected a non-empty string, got {yaml_type(value)}")
     return value
 
 
