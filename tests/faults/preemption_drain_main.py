@@ -1,0 +1,113 @@
+"""A process for the drain test: ``python -m tests.faults.preemption_drain_main WORKDIR``.
+
+Builds its own multi-node Ray cluster (``ray.cluster_utils.Cluster``: a head without CPUs,
+three one-CPU nodes), so it cannot share an interpreter with the session-wide Ray cluster
+other tests attach to. Starts a two-worker job, drains the node of rank 1 through the GCS
+drain API (as a cloud's preemption notice reaches Ray), removes that node, resumes, and
+prints one JSON line (``RESULT {...}``) with what it observed; the test asserts on it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.faults.preemption_main import preemptible_train
+from trainer_runtime import DataParallelTrainer, PreemptionError, RunConfig, ScalingConfig
+
+
+def _drain(node_id: str, deadline_ms: int) -> None:
+    import ray
+    from ray._raylet import GcsClient
+    from ray.core.generated.autoscaler_pb2 import DrainNodeReason
+
+    gcs = GcsClient(address=ray.get_runtime_context().gcs_address)
+    accepted, why = gcs.drain_node(
+        node_id=node_id,  # hex, as get_draining_nodes() names it
+        reason=DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"),
+        reason_message="spot reclaim (test)",
+        deadline_timestamp_ms=deadline_ms,
+    )
+    if not accepted:
+        raise RuntimeError(f"drain_node refused: {why}")
+
+
+def _trainer(storage: Path, config: dict[str, Any]) -> DataParallelTrainer:
+    return DataParallelTrainer(
+        preemptible_train,
+        train_loop_config=config,
+        scaling_config=ScalingConfig(num_workers=2, placement_strategy="SPREAD"),
+        run_config=RunConfig(name="run", storage_path=str(storage)),
+    )
+
+
+def run(workdir: Path) -> dict[str, Any]:
+    """Run the scenario in ``workdir`` and return what was observed."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    storage, ready = workdir / "runs", workdir / "ready"
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False}
+    )
+    nodes = [cluster.add_node(num_cpus=1) for _ in range(3)]  # 2 workers, 1 spare
+    ray.init(address=cluster.address)
+    cluster.wait_for_nodes()
+    out: dict[str, Any] = {}
+    try:
+        outcome: list[BaseException] = []
+
+        def fit() -> None:
+            try:
+                _trainer(storage, {"ready_file": str(ready), "signal_rank": 1}).fit()
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                outcome.append(exc)
+
+        thread = threading.Thread(target=fit)
+        thread.start()
+        while not ready.exists() or not ready.read_text():
+            if not thread.is_alive():
+                raise RuntimeError(f"fit() ended before rank 1 was ready: {outcome!r}")
+            time.sleep(0.05)
+        node = json.loads(ready.read_text())["node"]
+        deadline_ms = int(time.time() * 1000) + 600_000
+        _drain(node, deadline_ms)
+        thread.join()
+
+        out["drained_node"] = node
+        out["requested_deadline_ms"] = deadline_ms
+        out["outcomes"] = [type(exc).__name__ for exc in outcome]
+        error = outcome[0] if outcome else None
+        if isinstance(error, PreemptionError):
+            info = error.preemption_info
+            out["preempted_node_ids"] = info.preempted_node_ids
+            out["preempted_ranks"] = info.preempted_ranks
+            out["deadline_ms"] = info.deadline_ms
+            result = error.result
+            out["checkpoint"] = (
+                None if result is None or result.checkpoint is None else (result.checkpoint.path)
+            )
+            out["metrics"] = None if result is None else result.metrics
+            cluster.remove_node(next(n for n in nodes if n.node_id == node))
+            out["resumed_metrics"] = (
+                _trainer(storage, {"resume": True, "signal_rank": 0}).fit().metrics
+            )
+        else:
+            out["error"] = repr(error)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    return out
+
+
+def main() -> None:
+    """Run the scenario in the directory argv[1] and print ``RESULT`` and its JSON."""
+    print("RESULT " + json.dumps(run(Path(sys.argv[1]))), flush=True)
+
+
+if __name__ == "__main__":
+    main()
