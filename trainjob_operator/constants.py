@@ -26,6 +26,7 @@ __all__ = [
     "NAME_LABEL",
     "PLURAL",
     "ROLE_LABEL",
+    "SLICE_ID_LABEL",
     "SLICE_LABEL",
     "SPEC_HASH_ANNOTATION",
     "TIMESTAMP_FORMAT",
@@ -59,6 +60,10 @@ ROLE_LABEL = f"{GROUP}/role"
 """``head``, ``worker``, ``validation`` or ``driver``."""
 SLICE_LABEL = f"{GROUP}/slice"
 """Index of the TPU slice of a TPU worker pod (``"0"``, ``"1"``...)."""
+SLICE_ID_LABEL = f"{GROUP}/slice-id"
+"""On the host pods of a multi-host TPU slice: ``<TrainJob uid>-a<attempt>-s<slice>``, unique
+in the cluster. The slice's node-pool affinity and its anti-affinity against every other slice
+(of any TrainJob) select on it: each slice gets a node pool to itself."""
 ATTEMPT_LABEL = f"{GROUP}/attempt"
 """Whole-cluster restart counter (``status.restarts``) on every pod; a restart renders new pods."""
 SPEC_HASH_ANNOTATION = f"{GROUP}/spec-hash"

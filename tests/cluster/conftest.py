@@ -6,6 +6,11 @@ Dockerfile) happens once, right after collection and before any test runs, with 
 (it takes minutes the first time, longer than a test's timeout), and only when a selected
 test is marked ``node``. It needs root on Debian bookworm; elsewhere these tests are skipped.
 ``TRAINJOB_SKIP_NODE_TESTS=1`` (or ``TRAINJOB_SKIP_K8S_TESTS=1``) skips them.
+
+``test_placement.py`` needs only the Kubernetes binaries (kube-scheduler against an envtest API
+server and Node objects without kubelets, :mod:`tests.support.scheduler`): they are provisioned
+as for ``tests/k8s`` (:func:`tests.k8s.conftest.provision_before_tests`), on any machine that
+can run the envtest tier.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.k8s import conftest as k8s_conftest
 from tests.support import EnvTestError, ensure_assets
 from tests.support.node import Image, Node, build_images, provision_host, unsupported_reason
 
@@ -38,6 +44,7 @@ def _skip_reason() -> str | None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Provision the node (binaries, host side, images) when a ``node`` test was selected."""
     global _provisioned, _provision_error
+    k8s_conftest.provision_before_tests(session, lambda path: path.name == "test_placement.py")
     if session.config.option.collectonly or _skip_reason() is not None:
         return
     if not any(item.get_closest_marker("node") for item in session.items):

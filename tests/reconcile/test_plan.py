@@ -424,6 +424,90 @@ def test_startup_deadline_counts_from_start_time_until_running() -> None:
     )
 
 
+SCHEDULER_MESSAGE = (
+    "0/12 nodes are available: 10 node(s) didn't match Pod's node affinity, 2 node(s) had "
+    "taint {cloud.google.com/gke-spot: true}, that the pod didn't tolerate."
+)
+
+
+def _unschedulable(pod: dict[str, Any], message: str = SCHEDULER_MESSAGE) -> dict[str, Any]:
+    pod["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+    ]
+    return pod
+
+
+def _startup_failure(observed: list[dict[str, Any]]) -> dict[str, Any]:
+    job = _job(failure={"startupDeadlineSeconds": 30})
+    status = {"phase": "Starting", "startTime": "2026-12-01T11:59:00Z"}
+    plan = plan_reconcile(job, status, observed, _desired(), NOW)
+    assert plan.status["phase"] == "Failed"
+    failed = next(c for c in plan.status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "StartupDeadlineExceeded"
+    assert plan.status["message"] == failed["message"]
+    return dict(failed)
+
+
+def test_startup_deadline_names_the_pods_the_scheduler_could_not_place() -> None:
+    observed = _desired()
+    _unschedulable(observed[1])
+    _unschedulable(observed[2])
+    _unschedulable(observed[3], "0/12 nodes are available: 12 Insufficient cpu.")
+    failed = _startup_failure(observed)
+    assert failed["message"] == (
+        "not Running within startupDeadlineSeconds=30: "
+        "pod tj-driver Unschedulable: 0/12 nodes are available: 12 Insufficient cpu.; "
+        f"pod tj-w0, tj-w1 Unschedulable: {SCHEDULER_MESSAGE}"
+    )
+
+
+def test_startup_deadline_lists_a_few_pods_per_cause() -> None:
+    observed = [_unschedulable(_pod(f"tj-s0-h{i}", "worker")) for i in range(8)]
+    failed = _startup_failure(observed)
+    assert failed["message"] == (
+        "not Running within startupDeadlineSeconds=30: pod tj-s0-h0, tj-s0-h1, tj-s0-h2 "
+        f"and 5 more Unschedulable: {SCHEDULER_MESSAGE}"
+    )
+
+
+def test_startup_deadline_names_containers_that_cannot_start() -> None:
+    observed = _desired()
+    observed[0]["status"]["containerStatuses"] = [
+        {
+            "name": "ray-head",
+            "state": {
+                "waiting": {
+                    "reason": "ImagePullBackOff",
+                    "message": 'Back-off pulling image "example.invalid/x:1"',
+                }
+            },
+        }
+    ]
+    observed[1]["status"]["containerStatuses"] = [
+        {"name": "ray-worker", "state": {"waiting": {"reason": "ContainerCreating"}}}
+    ]
+    failed = _startup_failure(observed)
+    assert failed["message"] == (
+        "not Running within startupDeadlineSeconds=30: container tj-head/ray-head waiting: "
+        'ImagePullBackOff: Back-off pulling image "example.invalid/x:1"'
+    )
+
+
+def test_startup_deadline_without_a_known_cause_and_pods_being_deleted() -> None:
+    observed = _desired()
+    _unschedulable(observed[1])["metadata"]["deletionTimestamp"] = "2026-12-01T11:59:59Z"
+    failed = _startup_failure(observed)
+    assert failed["message"] == "not Running within startupDeadlineSeconds=30"
+
+
+def test_startup_deadline_message_is_bounded() -> None:
+    observed = [
+        _unschedulable(_pod(f"tj-s0-h{i}", "worker"), f"{i}: " + "x" * 500) for i in range(8)
+    ]
+    failed = _startup_failure(observed)
+    assert len(failed["message"]) == 2000
+
+
 # --------------------------------------------------------------------------- driver exit status
 
 

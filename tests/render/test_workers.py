@@ -83,25 +83,48 @@ def test_tpu_v6e_4x4_env_worker_ids_and_hostnames() -> None:
     assert [env(p)["TPU_WORKER_ID"] for p in pods] == ["0", "1", "2", "3"]
 
 
-def test_tpu_v6e_4x4_slice_kept_in_one_node_pool_without_anti_affinity() -> None:
+def _exclusive_pool_affinity(slice_id: str) -> dict[str, Any]:
+    """JobSet's exclusive placement on ``cloud.google.com/gke-nodepool`` for one slice."""
+    return {
+        "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {
+                        "matchExpressions": [
+                            {"key": "trainjob.dev/slice-id", "operator": "In", "values": [slice_id]}
+                        ]
+                    },
+                    "topologyKey": "cloud.google.com/gke-nodepool",
+                }
+            ]
+        },
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {
+                        "matchExpressions": [
+                            {"key": "trainjob.dev/slice-id", "operator": "Exists"},
+                            {
+                                "key": "trainjob.dev/slice-id",
+                                "operator": "NotIn",
+                                "values": [slice_id],
+                            },
+                        ]
+                    },
+                    "namespaceSelector": {},
+                    "topologyKey": "cloud.google.com/gke-nodepool",
+                }
+            ]
+        },
+    }
+
+
+def test_tpu_v6e_4x4_slice_has_a_node_pool_to_itself() -> None:
+    """One node pool for the slice's hosts, and no other slice (of any TrainJob, in any
+    namespace) in it: tests/cluster/test_placement.py runs this through kube-scheduler."""
     for pod in render_worker_pods(tpu_job("4x4"), uid=UID):
-        assert pod["spec"]["affinity"] == {
-            "podAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": [
-                    {
-                        "labelSelector": {
-                            "matchLabels": {
-                                "trainjob.dev/name": "tpu",
-                                "trainjob.dev/role": "worker",
-                                "trainjob.dev/attempt": "0",
-                                "trainjob.dev/slice": "0",
-                            }
-                        },
-                        "topologyKey": "cloud.google.com/gke-nodepool",
-                    }
-                ]
-            }
-        }
+        assert labels(pod)["trainjob.dev/slice-id"] == f"{UID}-a0-s0"
+        assert pod["spec"]["affinity"] == _exclusive_pool_affinity(f"{UID}-a0-s0")
 
 
 def test_tpu_ray_start_advertises_chips_and_cpus() -> None:
@@ -201,44 +224,12 @@ def test_multislice_megascale_env_and_per_slice_hostnames() -> None:
         ]
 
 
-def test_multislice_affinity_within_and_anti_affinity_between_slices() -> None:
+def test_multislice_each_slice_has_a_node_pool_to_itself() -> None:
     pods = render_worker_pods(tpu_job("4x4", num_slices=2), uid=UID)
-    same_job = {
-        "trainjob.dev/name": "tpu",
-        "trainjob.dev/role": "worker",
-        "trainjob.dev/attempt": "0",
-    }
     for index, pod in enumerate(pods):
-        slice_index = index // 4
-        affinity = pod["spec"]["affinity"]
-        assert affinity["podAffinity"] == {
-            "requiredDuringSchedulingIgnoredDuringExecution": [
-                {
-                    "labelSelector": {
-                        "matchLabels": {**same_job, "trainjob.dev/slice": str(slice_index)}
-                    },
-                    "topologyKey": "cloud.google.com/gke-nodepool",
-                }
-            ]
-        }
-        assert affinity["podAntiAffinity"] == {
-            "requiredDuringSchedulingIgnoredDuringExecution": [
-                {
-                    "labelSelector": {
-                        "matchLabels": same_job,
-                        "matchExpressions": [
-                            {"key": "trainjob.dev/slice", "operator": "Exists"},
-                            {
-                                "key": "trainjob.dev/slice",
-                                "operator": "NotIn",
-                                "values": [str(slice_index)],
-                            },
-                        ],
-                    },
-                    "topologyKey": "cloud.google.com/gke-nodepool",
-                }
-            ]
-        }
+        slice_id = f"{UID}-a0-s{index // 4}"
+        assert labels(pod)["trainjob.dev/slice-id"] == slice_id
+        assert pod["spec"]["affinity"] == _exclusive_pool_affinity(slice_id)
 
 
 def test_multislice_single_host_slices_have_megascale_but_no_node_pool_affinity() -> None:
@@ -246,16 +237,20 @@ def test_multislice_single_host_slices_have_megascale_but_no_node_pool_affinity(
     assert [p["metadata"]["name"] for p in pods] == ["tpu-s0-h0", "tpu-s1-h0"]
     for pod in pods:
         assert "affinity" not in pod["spec"]
+        assert "trainjob.dev/slice-id" not in labels(pod)
         assert env(pod)["MEGASCALE_NUM_SLICES"] == "2"
 
 
-def test_affinity_follows_attempt() -> None:
+def test_slice_id_follows_uid_and_attempt() -> None:
+    """A restart's slice is a new slice: the previous attempt's hosts, still shutting down,
+    neither pull it into their pool nor share one with it. Another TrainJob (another uid)
+    with the same name and slice index is another slice too."""
     [pod, *_] = render_worker_pods(tpu_job("4x4", num_slices=2), uid=UID, attempt=3)
     assert labels(pod)["trainjob.dev/attempt"] == "3"
-    [term] = pod["spec"]["affinity"]["podAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ]
-    assert term["labelSelector"]["matchLabels"]["trainjob.dev/attempt"] == "3"
+    assert labels(pod)["trainjob.dev/slice-id"] == f"{UID}-a3-s0"
+    assert pod["spec"]["affinity"] == _exclusive_pool_affinity(f"{UID}-a3-s0")
+    [other, *_] = render_worker_pods(tpu_job("4x4", num_slices=2), uid="another-uid")
+    assert labels(other)["trainjob.dev/slice-id"] == "another-uid-a0-s0"
 
 
 # --------------------------------------------------------------------------- GPU / CPU

@@ -1,6 +1,8 @@
 """Test support for trainjob-operator: a real kube-apiserver + etcd, envtest style
 (:mod:`tests.support.envtest`), and a test kubelet that runs the Pods of a namespace as local
-processes (:mod:`tests.support.pod_runner`).
+processes (:mod:`tests.support.pod_runner`). Also a real single-node cluster
+(:mod:`tests.support.node`) and GKE-like node pools for kube-scheduler
+(:mod:`tests.support.scheduler`), imported from their modules.
 
 Used by the cluster tests (``tests/k8s``, ``tests/chart``, ``tests/e2e``) and by
 ``benchmarks/bench_operator.py``; it is not part of the installed package or the images.

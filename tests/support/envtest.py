@@ -24,7 +24,11 @@ Control plane
       objects, owner references really garbage-collect children, namespaces get their
       ``default`` ServiceAccount, and the aggregated ClusterRoles ``admin``/``edit``/``view``
       get their rules (from ``aggregate-to-*`` labelled roles, e.g. a chart's TrainJob roles).
-      No scheduler and no kubelet: Pods stay Pending unless a test plays the kubelet.
+      The node-lifecycle controller is not among them, so Node objects without a kubelet
+      (:mod:`tests.support.scheduler`) are never tainted ``not-ready``/``unreachable``;
+    * optionally kube-scheduler (``scheduler=True``; off by default): it binds Pods to the Node
+      objects a test registers. No kubelet either way: Pods stay Pending (bound or not) unless
+      a test plays the kubelet.
 
     Each process logs to a file in the temporary folder; when startup fails, the exception carries
     the tail of the logs. :meth:`EnvTest.stop` terminates the processes (then kills them) and
@@ -343,7 +347,7 @@ class _Process:
 
 
 class EnvTest:
-    """etcd + kube-apiserver (+ optionally kube-controller-manager) on 127.0.0.1.
+    """etcd + kube-apiserver (+ optionally kube-controller-manager, kube-scheduler) on 127.0.0.1.
 
     Args:
         assets: folder with the binaries; default :func:`find_assets` (call
@@ -356,6 +360,8 @@ class EnvTest:
         keep_dir: keep the temporary folder (logs, certificates, kubeconfig) after stop; default
             from ``$TRAINJOB_ENVTEST_KEEP``.
         extra_apiserver_args: appended to :meth:`apiserver_args` (later flags win).
+        scheduler: also start kube-scheduler (its binary must be in ``assets``); :meth:`start`
+            returns once it has answered a probe Pod (see :meth:`_start_scheduler`).
     """
 
     def __init__(
@@ -367,9 +373,11 @@ class EnvTest:
         startup_timeout: float = 120.0,
         keep_dir: bool | None = None,
         extra_apiserver_args: Sequence[str] = (),
+        scheduler: bool = False,
     ) -> None:
         self._assets = Path(assets) if assets is not None else None
         self._want_kcm = controller_manager
+        self._want_scheduler = scheduler
         self.startup_timeout = startup_timeout
         self.keep_dir = keep_dir if keep_dir is not None else os.environ.get(KEEP_ENV) == "1"
         self.extra_apiserver_args = list(extra_apiserver_args)
@@ -385,6 +393,7 @@ class EnvTest:
         self._port = 0
         self._started = False
         self.controller_manager_running = False
+        self.scheduler_running = False
 
     # -- properties ---------------------------------------------------------------------------
 
@@ -709,6 +718,8 @@ class EnvTest:
             self.write_kubeconfig(self._dir / "kubeconfig")
             if run_kcm:
                 self._start_controller_manager()
+            if self._want_scheduler:
+                self._start_scheduler()
         except BaseException:
             self.stop()
             raise
@@ -720,6 +731,7 @@ class EnvTest:
         self._stop_processes()
         self._started = False
         self.controller_manager_running = False
+        self.scheduler_running = False
         for folder in (self._etcd_dir, None if self.keep_dir else self._dir):
             if folder is not None:
                 shutil.rmtree(folder, ignore_errors=True)
@@ -862,9 +874,62 @@ class EnvTest:
             core.api_client.close()
         self.controller_manager_running = True
 
+    def _start_scheduler(self) -> None:
+        """Start kube-scheduler; ready once it has judged a probe Pod.
+
+        The scheduler serves no HTTP endpoint here (``--port=0 --secure-port=0``), so readiness
+        is shown by its work: a probe Pod in ``default`` whose node selector no node has gets
+        ``PodScheduled=False`` (``Unschedulable``) once the scheduler's caches have synced. The
+        probe is then deleted.
+        """
+        assert self._assets is not None
+        if not _has_binaries(self._assets, ["kube-scheduler"]):
+            raise EnvTestError(f"no kube-scheduler in {self._assets}")
+        d = self._require_dir()
+        kubeconfig = self.write_kubeconfig(d / "kube-scheduler.kubeconfig")
+        proc = self._spawn(
+            "kube-scheduler",
+            [
+                f"--kubeconfig={kubeconfig}",
+                "--leader-elect=false",
+                # No HTTP(S) endpoints: nothing to collide with parallel test sessions.
+                "--port=0",
+                "--secure-port=0",
+                "--profiling=false",
+            ],
+        )
+        probe = f"envtest-scheduler-probe-{secrets.token_hex(4)}"
+        path = f"/api/v1/namespaces/default/pods/{probe}"
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": probe, "namespace": "default"},
+            "spec": {
+                "nodeSelector": {"envtest.trainjob.dev/no-such-node": "true"},
+                "containers": [{"name": "probe", "image": "envtest.invalid/probe:0"}],
+            },
+        }
+        status, result = self.request("POST", "/api/v1/namespaces/default/pods", body)
+        if status not in (200, 201):
+            raise self._failure(proc, f"could not create the probe Pod ({status}): {result}")
+
+        def ready() -> bool:
+            _, pod = self.request("GET", path, timeout=5.0)
+            if not isinstance(pod, dict):
+                return False
+            conditions = (pod.get("status") or {}).get("conditions") or []
+            return any(c.get("type") == "PodScheduled" for c in conditions)
+
+        try:
+            self._wait(proc, "waiting for it to judge a probe Pod", ready)
+        finally:
+            self.request("DELETE", f"{path}?gracePeriodSeconds=0")
+        self.scheduler_running = True
+
     def _stop_processes(self) -> None:
         procs, self._procs = self._procs, []
-        # The reverse order of start: the controller manager, the apiserver, then etcd.
+        # The reverse order of start: the scheduler, the controller manager, the apiserver,
+        # then etcd.
         for p in reversed(procs):
             if p.popen.poll() is None:
                 p.popen.terminate()

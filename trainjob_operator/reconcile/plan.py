@@ -106,6 +106,8 @@ DISRUPTION_POD_REASONS = frozenset(
 TERMINATION_MESSAGE_LIMIT = 1024
 #: Longest message of a spec that cannot be parsed or rendered (``InvalidSpec``).
 INVALID_SPEC_MESSAGE_LIMIT = 2000
+#: Longest ``StartupDeadlineExceeded`` message (with the scheduler's or the kubelet's causes).
+STARTUP_MESSAGE_LIMIT = 2000
 
 #: (job, uid, attempt, validation replicas) -> desired child manifests (pure).
 Renderer = Callable[[TrainJob, str, int, int], list[dict[str, Any]]]
@@ -822,12 +824,63 @@ def _seconds_since_start(r: Reconcile) -> float | None:
     return (r.now - started).total_seconds() if started is not None else None
 
 
+#: Container waiting reasons that only mean "starting normally" (not a cause worth naming).
+_STARTING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
+#: How many pod names a startup cause lists before "and N more".
+_CAUSE_POD_NAMES = 3
+
+
+def _pod_names(names: list[str]) -> str:
+    shown = ", ".join(names[:_CAUSE_POD_NAMES])
+    more = len(names) - _CAUSE_POD_NAMES
+    return f"{shown} and {more} more" if more > 0 else shown
+
+
+def startup_blockers(pods: list[dict[str, Any]]) -> str | None:
+    """Why pods are not running, as the Kubernetes objects say, or None when they do not say.
+
+    First the pods kube-scheduler could not place (``PodScheduled=False``, e.g.
+    ``Unschedulable`` with its ``0/12 nodes are available: ...`` message), grouped by message;
+    else containers waiting for a reason other than normal start-up (``ErrImagePull``,
+    ``ImagePullBackOff``, ``CreateContainerConfigError``...). Pods being deleted are left out.
+    """
+    live = sorted((p for p in pods if not _terminating(p)), key=_name)
+    unscheduled: dict[tuple[str, str], list[str]] = {}
+    for pod in live:
+        for condition in (pod.get("status") or {}).get("conditions") or []:
+            if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+                reason = str(condition.get("reason") or "Unschedulable")
+                key = (reason, str(condition.get("message") or ""))
+                unscheduled.setdefault(key, []).append(_name(pod))
+    if unscheduled:
+        return "; ".join(
+            f"pod {_pod_names(names)} {reason}" + (f": {message}" if message else "")
+            for (reason, message), names in unscheduled.items()
+        )
+    waiting: dict[tuple[str, str], list[str]] = {}
+    for pod in live:
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            state = (status.get("state") or {}).get("waiting") or {}
+            waiting_reason = str(state.get("reason") or "")
+            if waiting_reason and waiting_reason not in _STARTING_REASONS:
+                key = (waiting_reason, str(state.get("message") or ""))
+                waiting.setdefault(key, []).append(f"{_name(pod)}/{status.get('name')}")
+    if waiting:
+        return "; ".join(
+            f"container {_pod_names(names)} waiting: {reason}" + (f": {message}" if message else "")
+            for (reason, message), names in waiting.items()
+        )
+    return None
+
+
 def check_deadlines_if_needed(r: Reconcile) -> bool:
     """``activeDeadlineSeconds`` and ``startupDeadlineSeconds`` fail the job when passed.
 
     ``startTime``: when this run's pods were first created (reset by suspend/resume), as for
     a Kubernetes Job; both deadlines count from it, so a job stuck in Starting hits them too.
-    The startup deadline no longer applies once the job has been Running.
+    The startup deadline no longer applies once the job has been Running; its message says
+    what held the pods back when the pods say (:func:`startup_blockers`: the scheduler's
+    reason for a pod it could not place, or a container's waiting reason).
     """
     failure = r.job.spec.failure
     elapsed = _seconds_since_start(r)
@@ -842,10 +895,11 @@ def check_deadlines_if_needed(r: Reconcile) -> bool:
         and not r.status.condition_true(ConditionType.RUNNING)
         and elapsed > startup
     ):
-        return r.fail(
-            Reason.STARTUP_DEADLINE_EXCEEDED,
-            f"not Running within startupDeadlineSeconds={startup}",
-        )
+        message = f"not Running within startupDeadlineSeconds={startup}"
+        cause = startup_blockers(r.current_pods)
+        if cause:
+            message = f"{message}: {cause}"
+        return r.fail(Reason.STARTUP_DEADLINE_EXCEEDED, message[:STARTUP_MESSAGE_LIMIT])
     return False
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from trainjob_operator.api.tpu import TpuSliceShape
 from trainjob_operator.api.trainjob import TrainJob
-from trainjob_operator.constants import ATTEMPT_LABEL, NAME_LABEL, ROLE_LABEL, SLICE_LABEL
+from trainjob_operator.constants import SLICE_ID_LABEL, SLICE_LABEL
 from trainjob_operator.render.context import RenderContext, build_context, common_env
 from trainjob_operator.render.names import (
     cpu_worker_pod_name,
@@ -68,45 +68,56 @@ def _cpu_gpu_workers(ctx: RenderContext) -> list[dict[str, Any]]:
     return pods
 
 
-def _slice_affinity(ctx: RenderContext, slice_index: int, num_slices: int) -> dict[str, Any]:
-    """Keep a multi-host slice in one node pool; keep different slices in different pools."""
-    same_job = {
-        NAME_LABEL: ctx.name,
-        ROLE_LABEL: "worker",
-        ATTEMPT_LABEL: str(ctx.attempt),
-    }
-    affinity: dict[str, Any] = {
+def slice_id(ctx: RenderContext, slice_index: int) -> str:
+    """The :data:`~trainjob_operator.constants.SLICE_ID_LABEL` value of slice ``slice_index``:
+    unique in the cluster (the TrainJob's uid), new for each attempt."""
+    return f"{ctx.uid}-a{ctx.attempt}-s{slice_index}"
+
+
+def _slice_affinity(ctx: RenderContext, slice_index: int) -> dict[str, Any]:
+    """Exclusive node-pool placement of a multi-host slice, as JobSet's
+    ``alpha.jobset.sigs.k8s.io/exclusive-topology: cloud.google.com/gke-nodepool``: pod
+    affinity to the slice's own hosts keeps the slice in one node pool (its first host may go
+    to any pool: kube-scheduler lets a pod that matches its own affinity term start a group),
+    and pod anti-affinity against the hosts of every other slice, of this TrainJob or another,
+    keeps any other slice out of that pool. Without it a slice could start in a pool that
+    another slice (another job's, or one still shutting down) partly holds, and its last hosts
+    would wait there while a free pool stays idle; two jobs starting together could split one
+    pool between them, neither slice fitting, and wait for each other forever.
+
+    The anti-affinity term selects pods in every namespace (``namespaceSelector: {}``,
+    Kubernetes 1.22+; an API server without the field drops it and the term covers the job's
+    namespace).
+    """
+    own = slice_id(ctx, slice_index)
+    return {
         "podAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": [
                 {
                     "labelSelector": {
-                        "matchLabels": {**same_job, SLICE_LABEL: str(slice_index)},
+                        "matchExpressions": [
+                            {"key": SLICE_ID_LABEL, "operator": "In", "values": [own]}
+                        ]
                     },
                     "topologyKey": GKE_NODEPOOL_LABEL,
                 }
             ]
-        }
-    }
-    if num_slices > 1:
-        affinity["podAntiAffinity"] = {
+        },
+        "podAntiAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": [
                 {
                     "labelSelector": {
-                        "matchLabels": dict(same_job),
                         "matchExpressions": [
-                            {"key": SLICE_LABEL, "operator": "Exists"},
-                            {
-                                "key": SLICE_LABEL,
-                                "operator": "NotIn",
-                                "values": [str(slice_index)],
-                            },
-                        ],
+                            {"key": SLICE_ID_LABEL, "operator": "Exists"},
+                            {"key": SLICE_ID_LABEL, "operator": "NotIn", "values": [own]},
+                        ]
                     },
+                    "namespaceSelector": {},
                     "topologyKey": GKE_NODEPOOL_LABEL,
                 }
             ]
-        }
-    return affinity
+        },
+    }
 
 
 def _tpu_env(
@@ -151,9 +162,11 @@ def _tpu_workers(ctx: RenderContext) -> list[dict[str, Any]]:
     pods = []
     for slice_index in range(tpu.num_slices):
         slice_placement = placement
+        slice_labels = {SLICE_LABEL: str(slice_index)}
         if shape.multi_host:
-            affinity = _slice_affinity(ctx, slice_index, tpu.num_slices)
+            affinity = _slice_affinity(ctx, slice_index)
             slice_placement = replace(placement, affinity=affinity)
+            slice_labels[SLICE_ID_LABEL] = slice_id(ctx, slice_index)
         for host in range(shape.hosts):
             container = build_container(
                 ctx,
@@ -169,7 +182,7 @@ def _tpu_workers(ctx: RenderContext) -> list[dict[str, Any]]:
                     name=tpu_worker_pod_name(ctx.name, slice_index, host),
                     role="worker",
                     container=container,
-                    extra_labels={SLICE_LABEL: str(slice_index)},
+                    extra_labels=slice_labels,
                     placement=slice_placement,
                     service_account=ctx.storage_service_account,
                     gang=True,
@@ -189,8 +202,9 @@ def render_worker_pods(
     node selectors and TPU toleration, ``TPU_WORKER_ID``/``TPU_WORKER_HOSTNAMES``/``TPU_NAME``
     (plus ``MEGASCALE_*`` for multislice), the operator-wide TPU defaults
     (``options.tpu_node_selector``/``tpu_tolerations``, below the TrainJob's podTemplate), and
-    for multi-host slices pod affinity on the node pool within a slice and anti-affinity
-    between slices. Workers run as
+    for multi-host slices exclusive node-pool placement (the label ``trainjob.dev/slice-id``,
+    pod affinity on the node pool within the slice, anti-affinity against every other slice:
+    :func:`_slice_affinity`). Workers run as
     ``spec.storage.serviceAccountName`` when set (they upload checkpoints) and belong to the
     Kueue pod group.
 
