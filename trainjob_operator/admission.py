@@ -10,6 +10,14 @@ with leader election runs on the leader only, while the chart's Service sends re
 ready replica. Its ``ValidatingWebhookConfiguration`` is the Helm chart's, with the CA bundle of
 the certificate the chart provisions (tests create their own, pointing at ``127.0.0.1``). The
 URL path is :data:`WEBHOOK_PATH`.
+
+Namespaces: an operator that watches some namespaces only (``--namespace``) admits the TrainJobs
+of every other namespace unchecked. The chart's namespaceSelector keeps the API server from
+asking about them from Kubernetes 1.21; before 1.21 it has no selector (the namespace label it
+would need does not exist yet) and the API server asks about every namespace. Those TrainJobs
+are not this operator's: no replica of it will run them, another release of the operator may
+watch that namespace (with its own webhook and its own ``podSecurity.allowedVolumeTypes``), and
+with ``failurePolicy: Fail`` a refusal here would block it, so this webhook stays out of them.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -61,6 +69,8 @@ class AdmissionServer:
         addr: listen address (all interfaces by default).
         allowed_volume_types: the volume types ``spec.podTemplate.volumes`` may use (the
             renderer's, from the chart's ``podSecurity.allowedVolumeTypes``).
+        namespaces: the namespaces the operator watches (``--namespace``); the TrainJobs of
+            any other namespace are admitted unchecked. ``None``: every namespace is checked.
     """
 
     port: int
@@ -68,11 +78,19 @@ class AdmissionServer:
     keyfile: str
     addr: str = "0.0.0.0"
     allowed_volume_types: frozenset[str] = DEFAULT_ALLOWED_VOLUME_TYPES
+    namespaces: frozenset[str] | None = None
 
     @classmethod
-    def from_dir(cls, port: int, cert_dir: str | Path, addr: str = "0.0.0.0") -> AdmissionServer:
+    def from_dir(
+        cls,
+        port: int,
+        cert_dir: str | Path,
+        addr: str = "0.0.0.0",
+        namespaces: Iterable[str] | None = None,
+    ) -> AdmissionServer:
         """The server for the ``tls.crt``/``tls.key`` of a mounted TLS Secret, allowing the
-        volume types the renderer allows (``TRAINJOB_*`` environment of the chart).
+        volume types the renderer allows (``TRAINJOB_*`` environment of the chart), for the
+        TrainJobs of ``namespaces`` (``None``: all).
 
         Raises:
             FileNotFoundError: naming the missing file.
@@ -87,7 +105,8 @@ class AdmissionServer:
         from trainjob_operator.render.options import render_options_from_env
 
         allowed = render_options_from_env().allowed_volume_types
-        return cls(port, str(folder / "tls.crt"), str(folder / "tls.key"), addr, allowed)
+        watched = None if namespaces is None else frozenset(namespaces)
+        return cls(port, str(folder / "tls.crt"), str(folder / "tls.key"), addr, allowed, watched)
 
     def server(self) -> kopf.WebhookServer:
         """kopf's HTTPS server for this address and certificate."""
@@ -143,17 +162,22 @@ def admission_problems(
 def review(
     request: Mapping[str, Any],
     allowed_volume_types: frozenset[str] = DEFAULT_ALLOWED_VOLUME_TYPES,
+    namespaces: frozenset[str] | None = None,
 ) -> dict[str, Any]:
     """The ``AdmissionReview`` response to an ``AdmissionReview`` request (admission.k8s.io/v1):
     allowed, or denied with HTTP 422 and the lines of :func:`admission_problems` joined by
-    ``"; "`` (the API server shows them after ``admission webhook ... denied the request:``)."""
+    ``"; "`` (the API server shows them after ``admission webhook ... denied the request:``).
+    With ``namespaces``, a TrainJob of any other namespace is allowed unchecked (not this
+    operator's: see the module's docstring)."""
     payload = request.get("request") or {}
-    problems = admission_problems(
-        payload.get("object") or {},
-        payload.get("operation"),
-        payload.get("oldObject"),
-        allowed_volume_types,
-    )
+    problems: list[str] = []
+    if namespaces is None or payload.get("namespace") in namespaces:
+        problems = admission_problems(
+            payload.get("object") or {},
+            payload.get("operation"),
+            payload.get("oldObject"),
+            allowed_volume_types,
+        )
     response: dict[str, Any] = {"uid": payload.get("uid", ""), "allowed": not problems}
     if problems:
         response["status"] = {"message": "; ".join(problems), "code": DENIED_CODE}
@@ -169,7 +193,7 @@ async def serve(server: AdmissionServer, stop_flag: threading.Event) -> None:
     also reloads the certificate when its files change, e.g. a renewed Secret)."""
 
     async def webhook(request: Mapping[str, Any], **_: Any) -> dict[str, Any]:
-        return review(request, server.allowed_volume_types)
+        return review(request, server.allowed_volume_types, server.namespaces)
 
     async def run() -> None:
         async with server.server() as webhook_server:

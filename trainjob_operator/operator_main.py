@@ -415,7 +415,9 @@ def operator_command(args: argparse.Namespace) -> int:
     namespaces = getattr(args, "namespace", None) or None
     webhook_port = int(getattr(args, "webhook_port", 0) or 0)
     admission = (
-        AdmissionServer.from_dir(webhook_port, args.webhook_cert_dir) if webhook_port else None
+        AdmissionServer.from_dir(webhook_port, args.webhook_cert_dir, namespaces=namespaces)
+        if webhook_port
+        else None
     )
     config = KubeConfig.load()
     liveness = getattr(args, "liveness", None)

@@ -84,3 +84,24 @@ def test_pod_template_problems_are_denied_and_printed_by_validate(
     assert capsys.readouterr().out == f"{path}: {message}\n"
     widened = frozenset({"hostPath", "emptyDir"})  # podSecurity.allowedVolumeTypes
     assert review(_request("CREATE", bad), widened)["response"]["allowed"] is True
+
+
+def test_trainjobs_of_namespaces_the_operator_does_not_watch_are_admitted_unchecked() -> None:
+    """Before Kubernetes 1.21 the chart's webhook has no namespaceSelector, so the API server
+    asks about every namespace: an operator watching some namespaces only checks theirs."""
+    bad = _job(image="Not An Image")
+    watched = frozenset({"team-a"})
+
+    def answer(namespace: str, operation: str = "CREATE") -> Any:
+        request = _request(operation, bad, _job() if operation == "UPDATE" else None)
+        request["request"]["namespace"] = namespace
+        return review(request, namespaces=watched)["response"]
+
+    assert answer("team-a")["allowed"] is False
+    assert answer("team-a", "UPDATE")["allowed"] is False
+    assert answer("team-b") == {"uid": "u-1", "allowed": True}
+    assert answer("team-b", "UPDATE") == {"uid": "u-1", "allowed": True}
+    # Without namespaces (a cluster-wide operator), every namespace is checked.
+    request = _request("CREATE", bad)
+    request["request"]["namespace"] = "team-b"
+    assert review(request)["response"]["allowed"] is False

@@ -19,5 +19,8 @@ _HERE = Path(__file__).resolve().parent
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Provision kube-apiserver/etcd (as tests/k8s does) for the cluster tests of this folder."""
     k8s_conftest.provision_before_tests(
-        session, lambda path: _HERE in path.parents and path.name == "test_cluster.py"
+        session,
+        lambda path: (
+            _HERE in path.parents and path.name in ("test_cluster.py", "test_webhook_cluster.py")
+        ),
     )

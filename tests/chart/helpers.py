@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import helm_python as helm
 import yaml
+from helm_python import _native
 
 REPO = Path(__file__).resolve().parents[2]
 CHART_DIR = REPO / "charts" / "trainjob-operator"
@@ -61,23 +63,45 @@ def chart() -> helm.Chart:
 
 
 def render_raw(
-    values: Mapping[str, Any] | None = None, *, name: str = "tjo", namespace: str = "ops"
+    values: Mapping[str, Any] | None = None,
+    *,
+    name: str = "tjo",
+    namespace: str = "ops",
+    kube_version: str | None = None,
 ) -> dict[str, str]:
-    """``helm template``: template path -> rendered text (NOTES.txt included)."""
-    return chart().render(
-        copy.deepcopy(dict(values)) if values else None,
-        name=name,
-        namespace=namespace,
-        is_install=True,
+    """``helm template``: template path -> rendered text (NOTES.txt included).
+
+    ``kube_version``: ``.Capabilities.KubeVersion`` (``helm template --kube-version``; Helm's
+    default otherwise, v1.36.0 in helm-python-sdk 0.2.2). ``Chart.render`` does not take it, so
+    it goes straight to the C ABI's ``helm_render``, whose options carry ``kube_version``.
+    """
+    values = copy.deepcopy(dict(values)) if values else None
+    if kube_version is None:
+        return chart().render(values, name=name, namespace=namespace, is_install=True)
+    options = {
+        "name": name,
+        "namespace": namespace,
+        "is_install": True,
+        "kube_version": kube_version,
+    }
+    rendered = _native.call_string(
+        "helm_render", chart()._raw(), json.dumps(values) if values else None, json.dumps(options)
     )
+    manifests: dict[str, str] = json.loads(rendered)
+    return manifests
 
 
 def render(
-    values: Mapping[str, Any] | None = None, *, name: str = "tjo", namespace: str = "ops"
+    values: Mapping[str, Any] | None = None,
+    *,
+    name: str = "tjo",
+    namespace: str = "ops",
+    kube_version: str | None = None,
 ) -> list[dict[str, Any]]:
     """The rendered Kubernetes objects, in template order (empty documents dropped)."""
     objects: list[dict[str, Any]] = []
-    for path, text in sorted(render_raw(values, name=name, namespace=namespace).items()):
+    raw = render_raw(values, name=name, namespace=namespace, kube_version=kube_version)
+    for path, text in sorted(raw.items()):
         if path.endswith(NOTES):
             continue
         for doc in yaml.safe_load_all(text):

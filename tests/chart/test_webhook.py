@@ -142,13 +142,28 @@ def test_an_existing_secret_and_ca_bundle_and_ignore() -> None:
     assert volume["secret"]["secretName"] == "from-cert-manager"
 
 
-def test_watched_namespaces_select_the_webhooks_namespaces() -> None:
-    hook = _webhook(render({"watchNamespaces": ["team-a", "team-b"]}))
+@pytest.mark.parametrize("kube_version", [None, "v1.21.0", "1.21.0-gke.100", "v1.30.2"])
+def test_watched_namespaces_select_the_webhooks_namespaces(kube_version: str | None) -> None:
+    """From Kubernetes 1.21, whose API server labels every namespace with its name (and on
+    Helm's default version, for `helm template` without --kube-version)."""
+    values = {"watchNamespaces": ["team-a", "team-b"]}
+    hook = _webhook(render(values, kube_version=kube_version))
     assert hook["namespaceSelector"] == {
         "matchExpressions": [
             {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a", "team-b"]}
         ]
     }
+
+
+@pytest.mark.parametrize("kube_version", ["v1.20.2", "1.20.15-eks-1", "v1.19.0"])
+def test_before_kubernetes_1_21_the_webhook_has_no_namespace_selector(kube_version: str) -> None:
+    """The kubernetes.io/metadata.name label does not exist there: the selector would match no
+    namespace, so there is none (the operator admits other namespaces' TrainJobs unchecked;
+    tests/chart/test_webhook_cluster.py checks it on a real 1.20 API server)."""
+    values = {"watchNamespaces": ["team-a", "team-b"]}
+    hook = _webhook(render(values, kube_version=kube_version))
+    assert "namespaceSelector" not in hook
+    assert "namespaceSelector" not in _webhook(render(kube_version="v1.30.0"))  # all namespaces
 
 
 @pytest.mark.parametrize(
