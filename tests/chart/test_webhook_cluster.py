@@ -1,6 +1,6 @@
 """The chart's admission webhook installed with Helm's SDK on a real kube-apiserver 1.20: the
 API server calls the operator's webhook through the chart's own Service, with the certificate
-and caBundle the chart generated.
+and caBundle the chart generated, and ``helm upgrade`` keeps that certificate (``lookup``).
 
 envtest has no kube-proxy, so a Service's cluster IP leads nowhere. This module's API server runs
 with ``--enable-aggregator-routing=true``: it then resolves a webhook Service to the addresses of
@@ -244,3 +244,59 @@ def test_on_kubernetes_1_20_the_webhook_covers_the_watched_namespaces(
     finally:
         for namespace in (watched, other):
             env.request("DELETE", f"/api/v1/namespaces/{namespace}")
+
+
+def _checksum(deployment: dict[str, Any]) -> str:
+    return str(deployment["spec"]["template"]["metadata"]["annotations"]["checksum/webhook-cert"])
+
+
+def test_helm_upgrade_keeps_the_webhook_certificate(
+    routed_envtest: EnvTest, release: Release, tmp_path: Path
+) -> None:
+    """``lookup`` sees the cluster through the SDK's upgrade: the Secret and the caBundle stay
+    as installed, and the API server still trusts the operator's certificate after the
+    upgrade."""
+    env = routed_envtest
+    release.install({})
+    data = release.secret_data()
+    hook = release.webhook()
+    assert hook["clientConfig"]["caBundle"] == data["ca.crt"]
+    release.upgrade({"logLevel": "debug"})
+    deployment = release.deployment()
+    assert "--verbose" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert release.secret_data() == data  # tls.crt, tls.key and ca.crt
+    assert release.webhook()["clientConfig"]["caBundle"] == data["ca.crt"]
+    # The Deployment's checksum/webhook-cert hashes webhook.yaml rendered a second time: on
+    # install that render generates a second, unused certificate, so the first upgrade changes
+    # the checksum (one restart); from then on it is the reused Secret's and stays.
+    checksum = _checksum(deployment)
+    release.upgrade({"logLevel": "info"})
+    deployment = release.deployment()
+    assert "--verbose" not in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert _checksum(deployment) == checksum
+    assert release.secret_data() == data
+
+    # The CA the API server holds signed the certificate the operator serves.
+    _create_namespace(env, release.namespace + "-jobs")
+    try:
+        with release.serving(tmp_path, namespaces=None):
+            _wait_until_called(env, release.namespace + "-jobs")
+    finally:
+        env.request("DELETE", f"/api/v1/namespaces/{release.namespace}-jobs")
+
+
+def test_the_certificate_is_regenerated_only_when_its_secret_is_gone(
+    routed_envtest: EnvTest, release: Release
+) -> None:
+    """Deleting the Secret and upgrading rotates the certificate (README: how to rotate), and
+    the caBundle follows."""
+    release.install({})
+    before = release.secret_data()
+    status, reply = routed_envtest.request(
+        "DELETE", f"/api/v1/namespaces/{release.namespace}/secrets/{release.secret}"
+    )
+    assert status == 200, reply
+    release.upgrade({})
+    after = release.secret_data()
+    assert after["ca.crt"] != before["ca.crt"] and after["tls.crt"] != before["tls.crt"]
+    assert release.webhook()["clientConfig"]["caBundle"] == after["ca.crt"]
