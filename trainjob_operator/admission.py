@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ if TYPE_CHECKING:  # kopf is imported when a server starts: trainjob validate do
 __all__ = [
     "WEBHOOK_PATH",
     "AdmissionServer",
+    "WebhookCertificateError",
     "admission_problems",
     "pod_template_problems",
     "review",
@@ -56,6 +58,11 @@ WEBHOOK_PATH = "/validate-trainjob"
 """The path the ``ValidatingWebhookConfiguration`` calls (``https://SERVICE:PORT/PATH``)."""
 DENIED_CODE = 422
 """The HTTP status of a denial: the same as the API server's own schema errors."""
+
+
+class WebhookCertificateError(ValueError):
+    """The webhook's certificate files are missing or unusable (a one-line message naming the
+    flag, the file and the fix; ``trainjob operator`` prints it and exits with status 2)."""
 
 
 @dataclass(frozen=True)
@@ -92,16 +99,54 @@ class AdmissionServer:
         volume types the renderer allows (``TRAINJOB_*`` environment of the chart), for the
         TrainJobs of ``namespaces`` (``None``: all).
 
+        The certificate and key are loaded once here, so that a missing, unreadable or
+        malformed file stops the operator at startup (kopf's server would otherwise fail in
+        its thread, and the operator run on without a webhook).
+
         Raises:
-            FileNotFoundError: naming the missing file.
+            WebhookCertificateError: one line naming the flag, the file and the fix.
         """
         folder = Path(cert_dir)
-        for name in ("tls.crt", "tls.key"):
-            if not (folder / name).is_file():
-                raise FileNotFoundError(
-                    f"--webhook-cert-dir {folder}: {name} is missing (mount the chart's webhook "
-                    "TLS Secret there, or pass --webhook-port 0 to serve no webhook)"
+        fix = (
+            "mount the chart's webhook TLS Secret (tls.crt, tls.key) there, or pass "
+            "--webhook-port 0 to serve no webhook"
+        )
+        pem_markers = {"tls.crt": b"-----BEGIN CERTIFICATE-----", "tls.key": b"PRIVATE KEY-----"}
+        for name, marker in pem_markers.items():
+            path = folder / name
+            if not path.is_file():
+                raise WebhookCertificateError(
+                    f"--webhook-cert-dir {folder}: {name} is missing ({fix})"
                 )
+            try:
+                text = path.read_bytes()
+            except OSError as exc:
+                raise WebhookCertificateError(
+                    f"--webhook-cert-dir {folder}: {name} cannot be read "
+                    f"({exc.strerror or exc}; {fix})"
+                ) from None
+            if marker not in text:
+                what = "certificate" if name == "tls.crt" else "private key"
+                raise WebhookCertificateError(
+                    f"--webhook-cert-dir {folder}: {name} is not a PEM {what} (no "
+                    f"{marker.decode()} line; {fix})"
+                )
+        try:
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+                folder / "tls.crt",
+                folder / "tls.key",
+                password=lambda: b"",  # an encrypted key fails here instead of prompting
+            )
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            reason = " ".join(str(getattr(exc, "reason", None) or exc).split())
+            problem = (
+                "tls.key is not the private key of tls.crt"
+                if reason == "KEY_VALUES_MISMATCH"
+                else "tls.crt and tls.key are not a usable PEM certificate and private key"
+            )
+            raise WebhookCertificateError(
+                f"--webhook-cert-dir {folder}: {problem} ({reason}; {fix})"
+            ) from None
         from trainjob_operator.render.options import render_options_from_env
 
         allowed = render_options_from_env().allowed_volume_types

@@ -28,6 +28,7 @@ import contextlib
 import datetime as dt
 import json
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -37,7 +38,7 @@ import kopf
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 from trainjob_operator import admission as admission_webhook
-from trainjob_operator.admission import AdmissionServer
+from trainjob_operator.admission import AdmissionServer, WebhookCertificateError
 from trainjob_operator.api.status import Phase
 from trainjob_operator.api.trainjob import TrainJob
 from trainjob_operator.constants import FINALIZER, GROUP, MANAGED_BY_LABEL, PLURAL, VERSION
@@ -410,15 +411,19 @@ def start_metrics_server(port: int, addr: str = "0.0.0.0") -> Any:
 def operator_command(args: argparse.Namespace) -> int:
     """``trainjob operator``: run until interrupted."""
     configure_logging(verbose=bool(getattr(args, "verbose", False)))
-    if getattr(args, "metrics_port", None):
-        start_metrics_server(int(args.metrics_port))
     namespaces = getattr(args, "namespace", None) or None
     webhook_port = int(getattr(args, "webhook_port", 0) or 0)
-    admission = (
-        AdmissionServer.from_dir(webhook_port, args.webhook_cert_dir, namespaces=namespaces)
-        if webhook_port
-        else None
-    )
+    try:
+        admission = (
+            AdmissionServer.from_dir(webhook_port, args.webhook_cert_dir, namespaces=namespaces)
+            if webhook_port
+            else None
+        )
+    except WebhookCertificateError as exc:
+        print(f"trainjob operator: {exc}", file=sys.stderr)
+        return 2  # cli.EXIT_INVALID
+    if getattr(args, "metrics_port", None):
+        start_metrics_server(int(args.metrics_port))
     config = KubeConfig.load()
     liveness = getattr(args, "liveness", None)
     # One attempt per request, short timeouts: a renewal must not outlast the renew deadline.
