@@ -470,6 +470,7 @@ class RayController(BaseController):
             self.spec.scaling,
             env=self.spec.run.worker_env,
             runtime_env=self.spec.run.worker_runtime_env,
+            preload=self.spec.backend.preload,
         )
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import logging
 import os
 import socket
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from trainer_runtime import _session
@@ -58,6 +60,43 @@ def run_train_fn(
         _session.set_session(None)
 
 
+logger = logging.getLogger(__name__)
+
+
+class Preloader:
+    """Imports modules in a background thread, so the import overlaps the controller's
+    round trips to a starting worker (torch takes about a second).
+
+    Whatever runs code that may import them (backend set-up, the train function) calls
+    :meth:`wait` first: two threads importing the same packages at once can deadlock in
+    Python's import locks. A failed import is only logged; the caller's own import
+    raises it again where it matters.
+    """
+
+    def __init__(self, modules: Sequence[str]) -> None:
+        self._done = threading.Event()
+        if not modules:
+            self._done.set()
+            return
+        threading.Thread(
+            target=self._run, args=(tuple(modules),), name="preload", daemon=True
+        ).start()
+
+    def _run(self, modules: tuple[str, ...]) -> None:
+        try:
+            for name in modules:
+                try:
+                    importlib.import_module(name)
+                except Exception as exc:  # noqa: BLE001 - re-raised by the real import
+                    logger.debug("preloading %s failed: %s", name, exc)
+        finally:
+            self._done.set()
+
+    def wait(self) -> None:
+        """Return once every module was imported (or failed to)."""
+        self._done.wait()
+
+
 def free_port() -> int:
     """A free TCP port on this host."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -71,11 +110,14 @@ class TrainWorker:
 
     ``start`` runs the train function in a thread; the controller long-polls
     ``poll`` for events, which also tells it at once when the process dies.
+    ``preload``: modules to import in the background from now on (see :class:`Preloader`);
+    ``execute`` and ``start`` wait for them.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, preload: Sequence[str] = ()) -> None:
         # SIGTERM to this process becomes a preemption notice (get_preemption_info()).
         install_sigterm_handler()
+        self._preloader = Preloader(preload)
         self._events = EventBuffer()
         self._thread: threading.Thread | None = None
         self._session: TrainSession | None = None
@@ -105,6 +147,7 @@ class TrainWorker:
 
     def execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run ``fn`` in the worker process (used by backends for set-up)."""
+        self._preloader.wait()
         return fn(*args, **kwargs)
 
     def start(
@@ -119,6 +162,7 @@ class TrainWorker:
         validation_fn_set: bool = False,
     ) -> None:
         """Start the train function in a thread and return."""
+        self._preloader.wait()
         session = TrainSession(
             context,
             self._events.put,

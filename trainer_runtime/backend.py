@@ -15,6 +15,11 @@ class Backend:
 
     #: Whether this backend can run several local processes under ``torchrun``.
     supports_torchrun = False
+    #: Modules every Ray worker starts importing as soon as its actor exists, while the
+    #: controller is still assigning ranks; ``on_start``'s set-up and the train function run
+    #: once they are imported. Only what the set-up imports anyway: nothing that reads the
+    #: rank environment at import time.
+    preload: tuple[str, ...] = ()
 
     def on_start(self, group: WorkerGroup, scaling: ScalingConfig) -> None:
         """Called once the worker actors exist, before the train function starts."""

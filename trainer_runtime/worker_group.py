@@ -311,15 +311,20 @@ class WorkerGroup:
         bundles: list[dict[str, float]] | None = None,
         placement_strategy: str | None = None,
         runtime_env: dict[str, Any] | None = None,
+        preload: Sequence[str] = (),
     ) -> None:
         self.scaling = scaling
         self.env = dict(env or {})
+        #: Modules each worker imports in the background from its start (``Backend.preload``).
+        self.preload = tuple(preload)
         #: Ray ``runtime_env`` of the worker actors (``RunConfig.worker_runtime_env``); ``env``
         #: is merged into its ``env_vars``.
         self.runtime_env = dict(runtime_env or {})
         self.bundles = bundles or [scaling.worker_resources()] * scaling.num_workers
         self.placement_strategy = placement_strategy or scaling.placement_strategy
         self.workers: list[WorkerHandle] = []
+        #: Every actor created, ranked or not yet (what :meth:`shutdown` kills).
+        self._actors: list[Any] = []
         self._pg: Any = None
         #: TPU groups: the reserved slices (in slice order) and all their placement groups.
         self.tpu_slices: list[_SliceReservation] = []
@@ -334,6 +339,10 @@ class WorkerGroup:
 
     def start(self) -> None:
         """Reserve the resources as one placement group, start the actors, assign ranks.
+
+        The actors are created together with the placement group: Ray starts them as soon as
+        their bundles are reserved, so the reservation and the actors' start overlap (a group
+        that cannot be reserved in time is shut down, actors included).
 
         TPU groups reserve one placement group per slice first (see :meth:`_reserve_tpu`);
         no actor starts before every slice is reserved.
@@ -354,6 +363,7 @@ class WorkerGroup:
         )
         timeout = self.scaling.placement_timeout_s
         start = time.monotonic()
+        actors = self._create_actors([(self._pg, i, b) for i, b in enumerate(self.bundles)])
         ready, _ = ray.wait([self._pg.ready()], timeout=timeout)
         if not ready:
             available = ray.available_resources()
@@ -374,7 +384,6 @@ class WorkerGroup:
                 "label_selector, or add nodes"
             )
         logger.info("Reserved %d worker slots in %.1fs", self.world_size, time.monotonic() - start)
-        actors = self._create_actors([(self._pg, i, b) for i, b in enumerate(self.bundles)])
         infos = ray.get([a.node_info.remote() for a in actors])
         ranks = assign_ranks(infos)
         handles = []
@@ -415,8 +424,9 @@ class WorkerGroup:
                     scheduling_strategy=PlacementGroupSchedulingStrategy(
                         placement_group=pg, placement_group_bundle_index=index
                     ),
-                ).remote()
+                ).remote(self.preload)
             )
+        self._actors.extend(actors)
         return actors
 
     def _actor_runtime_env(self) -> dict[str, Any] | None:
@@ -642,9 +652,10 @@ class WorkerGroup:
         import ray
         from ray.util.placement_group import remove_placement_group
 
-        for w in self.workers:
+        for actor in self._actors:
             with contextlib.suppress(Exception):  # already dead is fine
-                ray.kill(w.actor, no_restart=True)
+                ray.kill(actor, no_restart=True)
+        self._actors = []
         self.workers = []
         if self._pg is not None:
             with contextlib.suppress(Exception):

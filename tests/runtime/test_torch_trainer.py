@@ -18,6 +18,7 @@ from tests.runtime.workloads import (
     ddp_train,
     mismatched_checkpoint_names,
     read_log,
+    rendezvous_env_train,
     uneven_reports,
 )
 from trainer_runtime import (
@@ -54,6 +55,23 @@ def test_ddp_on_two_gloo_workers(tmp_path: Path) -> None:
     assert set(state) == {"module.weight", "module.bias"}
     first, last = result.best_checkpoints[0][1], result.best_checkpoints[-1][1]
     assert last["loss"] < first["loss"]  # it really trained
+
+
+def test_process_group_rendezvous_sets_the_env_variables(tmp_path: Path) -> None:
+    # Rank 0 hosts the store; every rank sees its address in MASTER_ADDR/MASTER_PORT (as
+    # with env://) and the process group's ranks match RANK/WORLD_SIZE.
+    result = TorchTrainer(
+        rendezvous_env_train,
+        scaling_config=TWO,
+        run_config=RunConfig(name="rendezvous", storage_path=str(tmp_path)),
+    ).fit()
+    assert result.metrics is not None
+    views = result.metrics["views"]  # (metrics are JSON: tuples come back as lists)
+    assert [v["rank"] for v in views] == [[0, 0], [1, 1]]
+    assert [v["world"] for v in views] == [[2, 2], [2, 2]]
+    assert [v["backend"] for v in views] == ["gloo", "gloo"]
+    assert views[0]["master"] == views[1]["master"]
+    assert int(views[0]["master"][1]) > 0
 
 
 def test_two_workers_shard_one_checkpoint_async_to_gcs(gcs_bucket: str, tmp_path: Path) -> None:

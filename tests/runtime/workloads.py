@@ -85,6 +85,21 @@ def counting_train(config: dict[str, Any]) -> None:
     _log(config, event="end", rank=rank, attempt=ctx.attempt)
 
 
+def rendezvous_env_train() -> None:
+    """Report every rank's view of the process group and the env:// variables (rank 0)."""
+    import torch.distributed as dist
+
+    mine = {
+        "master": (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]),
+        "rank": (dist.get_rank(), int(os.environ["RANK"])),
+        "world": (dist.get_world_size(), int(os.environ["WORLD_SIZE"])),
+        "backend": dist.get_backend(),
+    }
+    views: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(views, mine)
+    tr.report({"views": views})
+
+
 def ddp_train(config: dict[str, Any]) -> None:
     """A real DDP regression: parameters must stay identical across ranks."""
     import torch

@@ -1,0 +1,67 @@
+"""``Preloader`` / ``TrainWorker(preload=...)``: background imports before the set-up runs."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from trainer_runtime._worker import Preloader, TrainWorker
+
+
+@pytest.fixture
+def slow_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
+    """A module ``preload_probe`` whose import blocks until the returned event is set."""
+    gate = threading.Event()
+    (tmp_path / "preload_probe.py").write_text(
+        textwrap.dedent(
+            """
+            import builtins
+
+            builtins._preload_gate.wait(30)
+            LOADED = True
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr("builtins._preload_gate", gate, raising=False)
+    monkeypatch.delitem(sys.modules, "preload_probe", raising=False)
+    yield gate
+    sys.modules.pop("preload_probe", None)
+
+
+def test_preloader_imports_in_the_background(slow_module: threading.Event) -> None:
+    preloader = Preloader(["preload_probe"])  # returns while the import is blocked
+    slow_module.set()
+    preloader.wait()
+    assert sys.modules["preload_probe"].LOADED is True
+
+
+def test_a_failing_preload_is_left_to_the_real_import() -> None:
+    preloader = Preloader(["trainer_runtime_no_such_module", "json"])
+    preloader.wait()  # no exception here: the set-up's own import raises it
+    assert "json" in sys.modules
+
+
+def test_worker_set_up_waits_for_the_preload(
+    slow_module: threading.Event, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (not this process's SIGTERM handler)
+    monkeypatch.setattr("trainer_runtime._worker.install_sigterm_handler", lambda: False)
+    worker = TrainWorker(preload=["preload_probe"])
+    results: list[bool] = []
+    done = threading.Event()
+
+    def set_up() -> None:
+        results.append(worker.execute(lambda: sys.modules["preload_probe"].LOADED))
+        done.set()
+
+    threading.Thread(target=set_up, daemon=True).start()
+    assert not done.wait(0.2)  # still importing: execute waits
+    slow_module.set()
+    assert done.wait(30)
+    assert results == [True]
