@@ -6,8 +6,9 @@ half-initialised when B asks it for a name) fails here with an ``ImportError``.
 
 The operator's control plane (renderers, reconciler, operator entry point) runs in an image
 without Ray, torch or jax; it shares only the TPU table with the runtime, through the
-dependency-free leaf ``trainjob_operator.tpu_topology``. The runtime, in turn, loads nothing of
-the operator but that leaf.
+dependency-free leaf ``trainjob_operator.tpu_topology``, and the names of the pods' contract
+(environment variables) through ``trainjob_operator.constants``, a leaf too. The runtime, in
+turn, loads nothing of the operator but those leaves.
 
 The launcher (``trainjob_operator.launcher``: the in-pod driver and ``trainjob run``) is the one
 part of the package that uses the runtime, on purpose; it depends on the API, the constants and
@@ -143,10 +144,11 @@ def test_the_leaves_import_only_the_standard_library(leaf: str) -> None:
     assert not outside, outside
 
 
-def test_the_runtime_loads_only_the_tpu_leaf_of_the_operator() -> None:
-    for module in ("trainer_runtime", "trainer_runtime.tpu"):
-        operator = sorted(m for m in loaded(module) if m.split(".")[0] == "trainjob_operator")
-        assert operator in ([], ["trainjob_operator", LEAF]), f"{module} loads {operator}"
+def test_the_runtime_loads_only_the_leaves_of_the_operator() -> None:
+    leaves = {"trainjob_operator", LEAF, "trainjob_operator.constants"}
+    for module in ("trainer_runtime", "trainer_runtime.tpu", "trainer_runtime.preemption"):
+        operator = {m for m in loaded(module) if m.split(".")[0] == "trainjob_operator"}
+        assert operator <= leaves, f"{module} loads {sorted(operator - leaves)}"
 
 
 def test_the_operator_api_uses_the_leafs_table() -> None:

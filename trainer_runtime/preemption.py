@@ -21,12 +21,16 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+from trainjob_operator.constants import DEFAULT_TERMINATION_GRACE_S, TERMINATION_GRACE_ENV
+
 __all__ = ["PreemptionInfo"]
 
 #: The collective name ``get_preemption_info()`` uses (the coordinator merges its payloads).
 PREEMPTION_CALLER = "trainer_runtime.get_preemption_info"
-GRACE_ENV = "TRAINJOB_TERMINATION_GRACE_PERIOD_S"
-DEFAULT_GRACE_S = 30.0
+#: The pod's grace period, set by the operator (the name is the operator's, in its
+#: dependency-free leaf :mod:`trainjob_operator.constants`).
+GRACE_ENV = TERMINATION_GRACE_ENV
+DEFAULT_GRACE_S = float(DEFAULT_TERMINATION_GRACE_S)
 
 
 @dataclass(frozen=True)

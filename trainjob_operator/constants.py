@@ -14,6 +14,7 @@ __all__ = [
     "API_VERSION",
     "APP_LABEL",
     "ATTEMPT_LABEL",
+    "DEFAULT_TERMINATION_GRACE_S",
     "FINALIZER",
     "GROUP",
     "KIND",
@@ -29,6 +30,7 @@ __all__ = [
     "SLICE_ID_LABEL",
     "SLICE_LABEL",
     "SPEC_HASH_ANNOTATION",
+    "TERMINATION_GRACE_ENV",
     "TIMESTAMP_FORMAT",
     "VERSION",
     "format_time",
@@ -48,6 +50,16 @@ KIND: Final = "TrainJob"
 """``kind`` of TrainJob objects."""
 PLURAL = "trainjobs"
 """Plural resource name (``kubectl get trainjobs``)."""
+
+# --------------------------------------------------------------------------- the pods' environment
+
+TERMINATION_GRACE_ENV = "TRAINJOB_TERMINATION_GRACE_PERIOD_S"
+"""Set on every pod to its ``terminationGracePeriodSeconds`` (Kubernetes' default 30 when the
+podTemplate gives none): the seconds between a termination notice (SIGTERM) and SIGKILL. The
+runtime (:mod:`trainer_runtime.preemption`) and the Ray node process
+(:mod:`trainjob_operator.launcher.ray_node`) read it to date a preemption notice."""
+DEFAULT_TERMINATION_GRACE_S = 30
+"""Kubernetes' default ``terminationGracePeriodSeconds``."""
 
 # --------------------------------------------------------------------------- labels, annotations
 

@@ -75,6 +75,16 @@ def script(pod: dict[str, Any]) -> str:
     return str(command[2])
 
 
+def ray_start_args(pod: dict[str, Any]) -> list[str]:
+    """What a Ray node pod (worker, validation pool) passes to ``ray start``, behind the node
+    process ``python -m trainjob_operator.launcher.ray_node ... -- ray start ...``."""
+    command = container(pod)["command"]
+    assert command[:3] == ["python", "-m", "trainjob_operator.launcher.ray_node"], command
+    ray_argv = command[command.index("--") + 1 :]
+    assert ray_argv[:2] == ["ray", "start"], command
+    return list(ray_argv[2:])
+
+
 def labels(obj: dict[str, Any]) -> dict[str, str]:
     """``metadata.labels``."""
     return dict(obj["metadata"]["labels"])

@@ -52,6 +52,7 @@ def test_driver_env() -> None:
         "TRAINJOB_NAME": "dj",
         "TRAINJOB_NAMESPACE": "ns",
         "TRAINJOB_ATTEMPT": "1",
+        "TRAINJOB_TERMINATION_GRACE_PERIOD_S": "30",
         "PYTHONUNBUFFERED": "1",
         **ray_auth_env("dj"),
         "WANDB_MODE": "offline",

@@ -75,6 +75,7 @@ def test_head_env_and_spec_env() -> None:
         "TRAINJOB_NAME": "job",
         "TRAINJOB_NAMESPACE": "ns",
         "TRAINJOB_ATTEMPT": "2",
+        "TRAINJOB_TERMINATION_GRACE_PERIOD_S": "30",
         **ray_auth_env("job"),
         "HF_HOME": "/cache",
     }

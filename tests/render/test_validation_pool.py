@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 import pytest
 
-from tests.render.helpers import UID, container, example, labels, make_job, script
+from tests.render.helpers import UID, container, example, labels, make_job, ray_start_args
 from trainjob_operator.render import RenderOptions, render_validation_pods
 
 SPOT_TOLERATION = {
@@ -26,7 +25,7 @@ def _job(**pool: Any) -> Any:
 
 
 def _ray_args(pod: dict[str, Any]) -> list[str]:
-    return shlex.split(script(pod).strip().splitlines()[-1])[3:]
+    return ray_start_args(pod)
 
 
 def test_zero_replicas_renders_nothing() -> None:

@@ -20,11 +20,12 @@ from tests.render.helpers import (
     labels,
     make_job,
     ray_auth_env,
-    script,
+    ray_start_args,
     tpu_job,
 )
 from trainjob_operator.render import render_worker_pods
 
+REPO = Path(__file__).resolve().parents[2]
 TPU_TOLERATION = {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}
 V6E_SELECTOR = {
     "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
@@ -33,12 +34,8 @@ V6E_SELECTOR = {
 
 
 def _ray_start_args(pod: dict[str, Any]) -> list[str]:
-    """Arguments the pod's script passes to ``ray start`` (the part after ``exec``)."""
-    last = script(pod).strip().splitlines()[-1]
-    assert last.startswith("exec ray start ")
-    import shlex
-
-    return shlex.split(last)[3:]
+    """Arguments the pod's node process passes to ``ray start``."""
+    return ray_start_args(pod)
 
 
 # --------------------------------------------------------------------------- TPU v6e 4x4
@@ -73,6 +70,7 @@ def test_tpu_v6e_4x4_env_worker_ids_and_hostnames() -> None:
             "TRAINJOB_NAME": "tpu",
             "TRAINJOB_NAMESPACE": "ns",
             "TRAINJOB_ATTEMPT": "0",
+            "TRAINJOB_TERMINATION_GRACE_PERIOD_S": "30",
             "TPU_WORKER_ID": str(host),
             "TPU_WORKER_HOSTNAMES": hostnames,
             "TPU_NAME": "tpu-s0",
@@ -351,8 +349,9 @@ def _stub(directory: Path, name: str, body: str) -> None:
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
 
 
-def test_worker_script_waits_for_the_head_then_execs_ray_start(tmp_path: Path) -> None:
-    """Run the rendered ``sh -c`` script with a stub ``ray``: quoting and control flow."""
+def test_worker_command_waits_for_the_head_then_runs_ray_start(tmp_path: Path) -> None:
+    """Run the rendered command with a stub ``ray`` (and this interpreter as ``python``):
+    it waits for the head, then starts the Ray node, and exits with its status."""
     calls = tmp_path / "calls"
     _stub(
         tmp_path,
@@ -366,8 +365,10 @@ fi
     )
     [pod] = render_worker_pods(tpu_job("2x4"), uid=UID)
     command = container(pod)["command"]
-    env_vars = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
-    subprocess.run(command, env=env_vars, check=True, timeout=30, capture_output=True)
+    assert command[:3] == ["python", "-m", "trainjob_operator.launcher.ray_node"]
+    path = os.pathsep.join([str(tmp_path), str(Path(sys.executable).parent), os.environ["PATH"]])
+    env_vars = {**os.environ, "PATH": path, "PYTHONPATH": str(REPO)}
+    subprocess.run(command, env=env_vars, check=True, timeout=60, capture_output=True)
     lines = [json.loads(line) for line in calls.read_text().splitlines()]
     health = ["health-check", "--address=tpu-head.tpu-headless:6379"]
     assert lines[:2] == [health, health]  # the first check failed: it waited and retried

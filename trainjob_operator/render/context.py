@@ -19,10 +19,12 @@ from trainjob_operator.api.trainjob import TrainJob
 from trainjob_operator.constants import (
     API_VERSION,
     APP_LABEL,
+    DEFAULT_TERMINATION_GRACE_S,
     KIND,
     MANAGED_BY_LABEL,
     NAME_LABEL,
     ROLE_LABEL,
+    TERMINATION_GRACE_ENV,
 )
 from trainjob_operator.render.names import check_dns_label, head_address, headless_service_name
 from trainjob_operator.render.options import RenderOptions
@@ -205,9 +207,15 @@ def pod_group_name(ctx: RenderContext) -> str:
 
 
 def common_env(ctx: RenderContext) -> list[dict[str, Any]]:
-    """Environment of every container: the job's name, namespace and attempt."""
+    """Environment of every container: the job's name, namespace and attempt, and the pod's
+    termination grace period (:data:`~trainjob_operator.constants.TERMINATION_GRACE_ENV`)."""
+    grace = ctx.overrides.termination_grace_period_seconds
     return [
         {"name": "TRAINJOB_NAME", "value": ctx.name},
         {"name": "TRAINJOB_NAMESPACE", "value": ctx.namespace},
         {"name": "TRAINJOB_ATTEMPT", "value": str(ctx.attempt)},
+        {
+            "name": TERMINATION_GRACE_ENV,
+            "value": str(DEFAULT_TERMINATION_GRACE_S if grace is None else grace),
+        },
     ]

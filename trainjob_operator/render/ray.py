@@ -20,6 +20,7 @@ __all__ = [
     "GCS_PORT",
     "MEGASCALE_PORT",
     "METRICS_PORT",
+    "RAY_NODE_MODULE",
     "cpu_cores",
     "ray_cpus",
     "ray_resources_arg",
@@ -61,12 +62,24 @@ def wait_for_head_script(ctx: RenderContext) -> str:
     )
 
 
-def ray_worker_command(ctx: RenderContext, ray_args: Sequence[str]) -> list[str]:
-    """``sh -c``: wait for the head, then ``exec ray start --address=<head>:6379 --block``.
+RAY_NODE_MODULE = "trainjob_operator.launcher.ray_node"
+"""The worker pods' main process: ``ray start --block`` behind a drain on SIGTERM."""
 
-    ``ray_args`` (``--num-cpus``, ``--resources``...) are appended, shell-quoted.
+
+def ray_worker_command(ctx: RenderContext, ray_args: Sequence[str]) -> list[str]:
+    """``python -m trainjob_operator.launcher.ray_node --wait-for-head <head> -- ray start
+    --address=<head>:6379 --block ...``: wait for the head, then run the Ray node, drained
+    (not killed) on the kubelet's termination notice
+    (:mod:`trainjob_operator.launcher.ray_node`).
+
+    ``ray_args`` (``--num-cpus``, ``--resources``...) are appended.
     """
-    argv = [
+    return [
+        "python",
+        "-m",
+        RAY_NODE_MODULE,
+        f"--wait-for-head={ctx.head_address}",
+        "--",
         "ray",
         "start",
         f"--address={ctx.head_address}",
@@ -75,7 +88,6 @@ def ray_worker_command(ctx: RenderContext, ray_args: Sequence[str]) -> list[str]
         "--disable-usage-stats",
         *ray_args,
     ]
-    return ["/bin/sh", "-c", wait_for_head_script(ctx) + "exec " + shlex.join(argv)]
 
 
 def ray_resources_arg(resources: Mapping[str, float | int]) -> str:

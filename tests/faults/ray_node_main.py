@@ -1,0 +1,190 @@
+"""A process for the Ray-node preemption test: ``python -m tests.faults.ray_node_main WORKDIR``.
+
+As in a TrainJob's pods: a Ray head (no CPUs) and three worker nodes, each started the way
+the operator renders a worker pod's command, ``python -m trainjob_operator.launcher.ray_node
+--wait-for-head=<head> -- ray start --address=<head> --block ...`` with
+``TRAINJOB_TERMINATION_GRACE_PERIOD_S``. A two-worker job runs; the test sends SIGTERM (the
+kubelet's termination notice) to the node process of rank 1, as the kubelet does to a pod's
+main process. It prints one JSON line (``RESULT {...}``) with what it observed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.faults.preemption_main import preemptible_train
+from trainer_runtime import DataParallelTrainer, PreemptionError, RunConfig, ScalingConfig
+from trainjob_operator.constants import TERMINATION_GRACE_ENV
+from trainjob_operator.launcher.ray_node import RAY_NODE_LOG_IDLE, raylet_node_id
+
+GRACE_S = 120
+"""The pods' grace period: long, so that stopping when idle is told apart from the deadline."""
+NODES = 3
+"""Two for the job's workers, one spare for the resumed run."""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _start_node(head: str, log: Path) -> subprocess.Popen[bytes]:
+    # Several Ray nodes share this host (in a cluster each pod has its own network): give
+    # each its own ports, or they collide on Ray's fixed defaults (the dashboard agent's).
+    ports = [
+        f"--{flag}={_free_port()}"
+        for flag in (
+            "node-manager-port",
+            "object-manager-port",
+            "metrics-export-port",
+            "dashboard-agent-listen-port",
+            "dashboard-agent-grpc-port",
+            "runtime-env-agent-port",
+        )
+    ]
+    argv = [
+        sys.executable,
+        "-m",
+        "trainjob_operator.launcher.ray_node",
+        f"--wait-for-head={head}",
+        "--",
+        "ray",
+        "start",
+        f"--address={head}",
+        "--num-cpus=1",
+        "--block",
+        "--disable-usage-stats",
+        *ports,
+    ]
+    # As in the image: `ray` on PATH, next to the interpreter.
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    env = {**os.environ, "PATH": path, TERMINATION_GRACE_ENV: str(GRACE_S)}
+    with log.open("wb") as out:
+        return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def _trainer(storage: Path, config: dict[str, Any]) -> DataParallelTrainer:
+    return DataParallelTrainer(
+        preemptible_train,
+        train_loop_config=config,
+        scaling_config=ScalingConfig(num_workers=2, placement_strategy="SPREAD"),
+        run_config=RunConfig(name="run", storage_path=str(storage)),
+    )
+
+
+def _wait_for(predicate: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise TimeoutError(what)
+
+
+def run(workdir: Path) -> dict[str, Any]:
+    """Run the scenario in ``workdir`` and return what was observed."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    storage, ready = workdir / "runs", workdir / "ready"
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False}
+    )
+    logs = [workdir / f"node{i}.log" for i in range(NODES)]
+    procs: list[subprocess.Popen[bytes]] = []
+    out: dict[str, Any] = {}
+    try:
+        ray.init(address=cluster.address)
+        for i, log in enumerate(logs):  # one at a time: a loaded 2-core machine
+            procs.append(_start_node(cluster.address, log))
+            _wait_for(
+                lambda i=i: sum(1 for n in ray.nodes() if n["Alive"]) == i + 2,
+                120,
+                f"worker node {i} joining (log: {log})",
+            )
+        node_of = {
+            p.pid: _wait_for(lambda p=p: raylet_node_id(p.pid), 60, "a raylet") for p in procs
+        }
+        outcome: list[BaseException] = []
+
+        def fit() -> None:
+            try:
+                _trainer(storage, {"ready_file": str(ready), "signal_rank": 1}).fit()
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                outcome.append(exc)
+
+        thread = threading.Thread(target=fit)
+        thread.start()
+        while not ready.exists() or not ready.read_text():
+            if not thread.is_alive():
+                raise RuntimeError(f"fit() ended before rank 1 was ready: {outcome!r}")
+            time.sleep(0.05)
+        node = json.loads(ready.read_text())["node"]
+        victim = next(p for p in procs if node_of[p.pid] == node)
+        noticed_at = time.time()
+        victim.send_signal(signal.SIGTERM)  # the kubelet's termination notice
+        thread.join(timeout=GRACE_S + 180)
+        if thread.is_alive():  # the notice was lost: report it instead of hanging
+            out["error"] = "fit() still running after the grace period"
+            out["victim_log"] = logs[procs.index(victim)].read_text()
+            return out
+        out["victim_exit_code"] = victim.wait(timeout=GRACE_S)
+        out["victim_exited_after_s"] = time.time() - noticed_at
+        out["victim_log"] = logs[procs.index(victim)].read_text()
+        out["idle_message"] = RAY_NODE_LOG_IDLE
+        out["noticed_at_ms"] = int(noticed_at * 1000)
+        out["grace_s"] = GRACE_S
+        out["drained_node"] = node
+        out["outcomes"] = [type(exc).__name__ for exc in outcome]
+        error = outcome[0] if outcome else None
+        if isinstance(error, PreemptionError):
+            info = error.preemption_info
+            out["preempted_node_ids"] = info.preempted_node_ids
+            out["preempted_ranks"] = info.preempted_ranks
+            out["deadline_ms"] = info.deadline_ms
+            result = error.result
+            checkpoint = None if result is None else result.checkpoint
+            out["checkpoint"] = None if checkpoint is None else checkpoint.path
+            out["metrics"] = None if result is None else result.metrics
+            _wait_for(
+                lambda: not any(n["Alive"] for n in ray.nodes() if n["NodeID"] == node),
+                60,
+                "the drained node leaving the cluster",
+            )
+            resumed = _trainer(storage, {"resume": True, "signal_rank": 0}).fit()
+            out["resumed_metrics"] = resumed.metrics
+        else:
+            out["error"] = repr(error)
+    finally:
+        ray.shutdown()
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        for proc in procs:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        cluster.shutdown()
+    return out
+
+
+def main() -> None:
+    """Run the scenario in the directory argv[1] and print ``RESULT`` and its JSON."""
+    print("RESULT " + json.dumps(run(Path(sys.argv[1]))), flush=True)
+    os._exit(0)  # a fit() thread still running must not keep the process alive
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""The kubelet's termination notice to a Ray worker pod becomes a Ray node drain.
+
+The pod's main process (``trainjob_operator.launcher.ray_node``, in front of ``ray start
+--block``) gets SIGTERM; instead of stopping Ray it drains its node for preemption with the
+deadline now + the pod's grace period. Every rank's ``get_preemption_info()`` names the ranks
+on that node, the train function commits a last checkpoint, the node stops once its workers
+are done (well before the deadline), and a new run resumes from that checkpoint.
+
+The scenario needs a Ray cluster of its own (a head and three ``ray start`` nodes), so it runs
+in a separate process (``tests/faults/ray_node_main.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainjob_operator.launcher import ray_node
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_sigterm_to_a_ray_node_pod_drains_it_and_the_job_checkpoints_and_resumes(
+    tmp_path: Path,
+) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.faults.ray_node_main", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-4000:] + proc.stderr[-4000:]
+    seen = json.loads(lines[-1].removeprefix("RESULT "))
+
+    assert seen["outcomes"] == ["PreemptionError"], seen
+    assert seen["preempted_node_ids"] == [seen["drained_node"]]
+    assert 1 in seen["preempted_ranks"]
+    # The drain's deadline is the notice + the pod's grace period (the process's own clock).
+    expected = seen["noticed_at_ms"] + seen["grace_s"] * 1000
+    assert abs(seen["deadline_ms"] - expected) < 5_000, seen
+    assert seen["checkpoint"] is not None and seen["metrics"]["final"] is True
+    assert seen["resumed_metrics"] == {"start": seen["metrics"]["step"] + 1}
+    # The node stopped because its workers were done, not at the end of the grace period.
+    assert seen["idle_message"] in seen["victim_log"], seen["victim_log"]
+    assert "drained" in seen["victim_log"]
+    assert seen["victim_exit_code"] == 0  # a clean stop, as Kubernetes asked
+
+
+def test_the_ray_start_command_and_its_address_are_read_from_the_argv() -> None:
+    argv = ["ray", "start", "--address=head.ns:6379", "--block"]
+    assert ray_node.gcs_address_of(argv) == "head.ns:6379"
+    assert ray_node.gcs_address_of(["ray", "start", "--address", "h:1"]) == "h:1"
+    assert ray_node.gcs_address_of(["ray", "start", "--head"]) is None
+
+
+@pytest.mark.parametrize(("grace", "margin"), [(30.0, 5.0), (12.0, 2.0), (0.0, 0.0)])
+def test_ray_stops_before_the_deadline_by_a_margin_the_grace_period_allows(
+    grace: float, margin: float
+) -> None:
+    assert ray_node.stop_margin_s(grace) == margin
+
+
+def test_a_notice_while_waiting_for_the_head_exits_at_once(tmp_path: Path) -> None:
+    # No head answers at this address: the process waits, then leaves on SIGTERM, exit 0.
+    import signal
+    import time
+
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "trainjob_operator.launcher.ray_node",
+            "--wait-for-head=127.0.0.1:1",
+            "--",
+            "ray",
+            "start",
+            "--address=127.0.0.1:1",
+            "--block",
+        ],
+        cwd=REPO,
+        env={
+            **os.environ,
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    assert child.stdout is not None
+    line = child.stdout.readline()
+    while "waiting for the Ray head" not in line and time.monotonic() < deadline:
+        line = child.stdout.readline()
+    assert "waiting for the Ray head at 127.0.0.1:1" in line
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=60) == 0
