@@ -15,6 +15,8 @@ __all__ = [
     "APP_LABEL",
     "ATTEMPT_LABEL",
     "DEFAULT_TERMINATION_GRACE_S",
+    "DRIVER_INVALID_INPUT_EXIT_CODE",
+    "DRIVER_PREEMPTED_EXIT_CODE",
     "FINALIZER",
     "GROUP",
     "KIND",
@@ -60,6 +62,13 @@ runtime (:mod:`trainer_runtime.preemption`) and the Ray node process
 (:mod:`trainjob_operator.launcher.ray_node`) read it to date a preemption notice."""
 DEFAULT_TERMINATION_GRACE_S = 30
 """Kubernetes' default ``terminationGracePeriodSeconds``."""
+DRIVER_INVALID_INPUT_EXIT_CODE = 2
+"""The driver's exit status when its own checks of the TrainJob failed (entrypoint not
+importable, bad config): no restart can fix it, so by default the job fails at once."""
+DRIVER_PREEMPTED_EXIT_CODE = 3
+"""The driver's exit status when training stopped on a preemption notice after committing
+its last checkpoint (``PreemptionError``): by default a restart not counted against
+``maxRestarts``, resuming from that checkpoint."""
 
 # --------------------------------------------------------------------------- labels, annotations
 

@@ -39,7 +39,12 @@ def make_model() -> nn.Module:
 
 
 def train_func(config: dict[str, Any]) -> None:
-    """Train for ``config['epochs']`` epochs; checkpoint and validate after every epoch."""
+    """Train for ``config['epochs']`` epochs; checkpoint and validate after every epoch.
+
+    On a preemption notice (checked every ``preemption_check_every`` batches, default 10) it
+    checkpoints at once; the runtime then stops it, and the resumed run repeats that epoch
+    from those weights.
+    """
     epochs = int(config.get("epochs", 3))
     lr = float(config.get("lr", 0.05))
     batch_size = int(config.get("batch_size", 64))
@@ -58,28 +63,55 @@ def train_func(config: dict[str, Any]) -> None:
         start_epoch = state["epoch"] + 1
     model = prepare_model(model)
     rank = tr.get_context().get_world_rank()
+    preempt_every = int(config.get("preemption_check_every", 10))
+    preempted = False
     for epoch in range(start_epoch, epochs):
         total, count = 0.0, 0
-        for x, y in loader:
+        for batch, (x, y) in enumerate(loader):
             loss = nn.functional.cross_entropy(model(x), y)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
             total += loss.item() * len(x)
             count += len(x)
-        ckpt = None
-        if rank == 0:  # one copy of the weights; every rank still calls report()
-            folder = Path(tempfile.mkdtemp(prefix="quickstart_"))
-            module = model.module if hasattr(model, "module") else model
-            torch.save(
-                {"model": module.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
-                folder / "state.pt",
-            )
-            ckpt = Checkpoint.from_directory(folder)
+            # A preemption notice (spot reclaim, node drain, TPU maintenance): save the
+            # weights now and report them; the runtime stops the workers once that
+            # checkpoint is committed, and the next run repeats this epoch from these
+            # weights. Every rank calls get_preemption_info() at the same batches (it is a
+            # collective) and gets the same answer.
+            if (
+                not preempted
+                and (batch + 1) % preempt_every == 0
+                and tr.get_preemption_info() is not None
+            ):
+                tr.report(
+                    {"epoch": epoch - 1, "train_loss": total / count, "preempted": True},
+                    checkpoint=_save(model, optimizer, epoch - 1, rank),
+                )
+                preempted = True
         # Upload mode and validation come from the run's configuration (the TrainJob's
         # spec.checkpoint.uploadMode and spec.validation), so this call stays the same
         # everywhere; pass checkpoint_upload_mode=/validate_fn= here to override them.
-        tr.report({"epoch": epoch, "train_loss": total / max(count, 1)}, checkpoint=ckpt)
+        tr.report(
+            {"epoch": epoch, "train_loss": total / max(count, 1)},
+            checkpoint=_save(model, optimizer, epoch, rank),
+        )
+
+
+def _save(
+    model: nn.Module, optimizer: torch.optim.Optimizer, epoch: int, rank: int
+) -> Checkpoint | None:
+    """Rank 0's checkpoint of the weights and optimizer after ``epoch`` (None elsewhere: one
+    copy of the weights; every rank still calls report())."""
+    if rank != 0:
+        return None
+    folder = Path(tempfile.mkdtemp(prefix="quickstart_"))
+    module = model.module if hasattr(model, "module") else model
+    torch.save(
+        {"model": module.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
+        folder / "state.pt",
+    )
+    return Checkpoint.from_directory(folder)
 
 
 def validate_func(checkpoint: Checkpoint, config: dict[str, Any]) -> dict[str, Any]:

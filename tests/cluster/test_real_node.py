@@ -419,3 +419,42 @@ def test_suspend_tears_down_and_resume_continues_from_the_checkpoint(
     # The new driver resumed from a checkpoint in storage rather than from scratch.
     driver_log = cluster.node.kubectl("logs", "-n", namespace, f"{JOB}-driver").stdout
     assert "Resuming run" in driver_log, driver_log[-3000:]
+
+
+def test_a_worker_pod_terminated_gracefully_checkpoints_and_resumes(
+    cluster: Cluster, namespace: str
+) -> None:
+    """The kubelet's SIGTERM to a worker pod (here: the pod deleted with a grace period, as a
+    node drain or spot reclaim does) drains its Ray node; the quickstart sees
+    get_preemption_info(), commits a last checkpoint, the driver exits 3 and the operator
+    restarts the job from it without counting it (maxRestarts 0 would fail the job)."""
+    epochs = 6
+    make_job(
+        cluster,
+        namespace,
+        {"epochs": epochs, "batch_size": 8, "preemption_check_every": 5},
+        failure={"maxRestarts": 0},
+        podTemplate={"terminationGracePeriodSeconds": 90},
+    )
+    cluster.wait_phase(namespace, "Running", timeout=600)
+    wait_for(
+        "a committed checkpoint",
+        lambda: cluster.status(namespace).get("latestCheckpoint"),
+        timeout=600,
+        every=1.0,
+    )
+    worker = f"{JOB}-w1"
+    env = {e.name: e.value for e in cluster.pods(namespace)[worker].spec.containers[0].env}
+    assert env["TRAINJOB_TERMINATION_GRACE_PERIOD_S"] == "90"
+    cluster.node.kubectl(
+        "delete", "pod", "-n", namespace, worker, "--grace-period=90", "--wait=false"
+    )
+
+    status = cluster.wait_phase(namespace, "Succeeded", timeout=900)
+    assert status["progress"]["step"] == epochs - 1
+    [restart] = status["restartHistory"]
+    assert restart["counted"] is False, restart
+    assert "exit code 3" in restart["message"] and "preempted" in restart["message"], restart
+    assert status["ignoredRestarts"] == 1
+    driver_log = cluster.node.kubectl("logs", "-n", namespace, f"{JOB}-driver").stdout
+    assert "Resuming run" in driver_log, driver_log[-3000:]

@@ -14,6 +14,7 @@ from tests.reconcile.test_plan import NOW, _desired, _job, _pod, _running
 from trainjob_operator.api import FieldError, ManifestError, RestartBackoff, parse_trainjob
 from trainjob_operator.api.spec import DEFAULT_FAILURE_RULES, FailureRuleAction
 from trainjob_operator.api.status import RESTART_HISTORY_LIMIT
+from trainjob_operator.constants import DRIVER_PREEMPTED_EXIT_CODE
 from trainjob_operator.reconcile.plan import (
     INVALID_INPUT_EXIT_CODE,
     decide_pod_failure,
@@ -115,13 +116,17 @@ def test_defaults_are_documented_values() -> None:
     spec = _job().spec.failure
     assert spec.restart_backoff.initial_seconds == 10 and spec.restart_backoff.max_seconds == 300
     assert spec.rules == []
-    invalid_input, disruption = DEFAULT_FAILURE_RULES
+    invalid_input, disruption, preempted = DEFAULT_FAILURE_RULES
     assert invalid_input.action == FailureRuleAction.FAIL_JOB
     assert invalid_input.on_exit_codes is not None
     assert invalid_input.on_exit_codes.values == [INVALID_INPUT_EXIT_CODE]
     assert invalid_input.on_exit_codes.container_name == "driver"
     assert disruption.action == FailureRuleAction.IGNORE
     assert [c.type for c in disruption.on_pod_conditions] == ["DisruptionTarget"]
+    assert preempted.action == FailureRuleAction.IGNORE
+    assert preempted.on_exit_codes is not None
+    assert preempted.on_exit_codes.values == [DRIVER_PREEMPTED_EXIT_CODE]
+    assert preempted.on_exit_codes.container_name == "driver"
 
 
 # --------------------------------------------------------------------------- matching
@@ -256,6 +261,23 @@ def test_a_disrupted_driver_restarts_without_using_the_budget_or_waiting() -> No
     _terminated(failed[-1], 1)
     done = plan_reconcile(job, {**started.status, "phase": "Running"}, failed, _desired(1), NOW)
     assert done.status["phase"] == "Failed" and "maxRestarts=0 exhausted" in done.status["message"]
+
+
+def test_a_driver_preempted_after_its_last_checkpoint_restarts_without_using_the_budget() -> None:
+    job = _job(failure={"maxRestarts": 0})
+    observed = _running()
+    _terminated(observed[-1], DRIVER_PREEMPTED_EXIT_CODE)  # no DisruptionTarget on the driver
+    plan = plan_reconcile(job, {"phase": "Running"}, observed, _desired(), NOW)
+    status = plan.status
+    assert status["phase"] == "Restarting" and status["restarts"] == 1
+    assert status["ignoredRestarts"] == 1 and status["nextAttemptTime"] is None
+    assert "ignored: default rule 2" in status["message"]
+    assert status["restartHistory"][0]["counted"] is False
+    # Another exit status of the driver is still a counted failure.
+    other = _running()
+    _terminated(other[-1], 1)
+    failed = plan_reconcile(job, {"phase": "Running"}, other, _desired(), NOW)
+    assert failed.status["phase"] == "Failed"
 
 
 def test_ignored_restarts_leave_the_counted_budget_intact() -> None:

@@ -19,6 +19,7 @@ from trainjob_operator.api.fields import (
     api_error,
 )
 from trainjob_operator.api.scaling import ScalingConfig
+from trainjob_operator.constants import DRIVER_INVALID_INPUT_EXIT_CODE, DRIVER_PREEMPTED_EXIT_CODE
 
 __all__ = [
     "DEFAULT_FAILURE_RULES",
@@ -316,12 +317,22 @@ DEFAULT_FAILURE_RULES: tuple[FailureRule, ...] = (
     # fails again, so fail at once (reason InvalidInput).
     FailureRule(
         action="FailJob",
-        on_exit_codes=ExitCodesRule(container_name="driver", operator="In", values=[2]),
+        on_exit_codes=ExitCodesRule(
+            container_name="driver", operator="In", values=[DRIVER_INVALID_INPUT_EXIT_CODE]
+        ),
     ),
     # Preemption, eviction, node drain or a node that went away: not the job's fault.
     FailureRule(
         action="Ignore",
         on_pod_conditions=[PodConditionPattern(type="DisruptionTarget")],
+    ),
+    # The driver stopped training on a preemption notice after committing a last checkpoint
+    # (its exit status 3): restart from it, not counted.
+    FailureRule(
+        action="Ignore",
+        on_exit_codes=ExitCodesRule(
+            container_name="driver", operator="In", values=[DRIVER_PREEMPTED_EXIT_CODE]
+        ),
     ),
 )
 """Rules that apply after ``failure.rules`` (the first match wins)."""

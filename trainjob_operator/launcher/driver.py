@@ -7,7 +7,8 @@ connects to the job's Ray cluster (``RAY_ADDRESS``), runs the training, and
 publishes progress, checkpoints and validation demand into the TrainJob's
 status (the operator scales the validation pool from ``status.validations``).
 Exit status: 0 when training succeeded, 1 when it failed (the operator
-restarts the cluster up to ``spec.failure.maxRestarts``), 2 for invalid input.
+restarts the cluster up to ``spec.failure.maxRestarts``), 2 for invalid input, 3 when it
+stopped on a preemption notice after committing a last checkpoint (a restart not counted).
 """
 
 from __future__ import annotations
@@ -27,7 +28,11 @@ from trainer_runtime.checkpoint_manager import CheckpointRecord
 from trainjob_operator.api.errors import ManifestError
 from trainjob_operator.api.manifest import parse_trainjob
 from trainjob_operator.api.trainjob import TrainJob
-from trainjob_operator.constants import KIND
+from trainjob_operator.constants import (
+    DRIVER_INVALID_INPUT_EXIT_CODE,
+    DRIVER_PREEMPTED_EXIT_CODE,
+    KIND,
+)
 from trainjob_operator.kube import ApiError, KubeClient, KubeConfig
 from trainjob_operator.launcher.status import StatusTracker
 from trainjob_operator.launcher.trainer import EntrypointError, build_trainer, plan_run
@@ -142,7 +147,7 @@ def main() -> int:
         plan = plan_run(job)
     except (ManifestError, EntrypointError, ValueError) as exc:
         print(f"invalid TrainJob: {exc}", file=sys.stderr)
-        return 2
+        return DRIVER_INVALID_INPUT_EXIT_CODE
     name = job.metadata.name
     namespace = job.metadata.namespace or os.environ.get("TRAINJOB_NAMESPACE", "default")
     tracker: StatusTracker = (
@@ -153,7 +158,7 @@ def main() -> int:
     import ray
 
     ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), log_to_driver=True)
-    from trainer_runtime.errors import TrainingFailedError
+    from trainer_runtime.errors import PreemptionError, TrainingFailedError
 
     start = time.monotonic()
     error: BaseException | None = None
@@ -168,6 +173,14 @@ def main() -> int:
     logger.info(
         "training %s after %.0fs", "failed" if error else "finished", time.monotonic() - start
     )
+    if isinstance(error, PreemptionError):
+        checkpoint = error.result.checkpoint if error.result is not None else None
+        print(
+            f"TrainJob {name} preempted: {error.preemption_info}; last checkpoint "
+            f"{checkpoint.path if checkpoint is not None else 'none'}",
+            file=sys.stderr,
+        )
+        return DRIVER_PREEMPTED_EXIT_CODE
     if error is not None:
         print(f"TrainJob {name} failed: {error}", file=sys.stderr)
         return 1

@@ -64,6 +64,7 @@ from trainjob_operator.api.status import (
 from trainjob_operator.api.trainjob import TrainJob
 from trainjob_operator.constants import (
     ATTEMPT_LABEL,
+    DRIVER_INVALID_INPUT_EXIT_CODE,
     LAST_DEMAND_ANNOTATION,
     ROLE_LABEL,
     SLICE_LABEL,
@@ -92,7 +93,7 @@ OPERATOR_STATUS_KEYS = (
 
 #: The driver's exit status for invalid input (its own validation of the TrainJob failed):
 #: no restart can fix it, so the job fails at once (``trainjob_operator.launcher.driver``).
-INVALID_INPUT_EXIT_CODE = 2
+INVALID_INPUT_EXIT_CODE = DRIVER_INVALID_INPUT_EXIT_CODE
 #: The pod condition Kubernetes (1.26+) sets on a pod it is about to delete because of a
 #: preemption, an eviction (drain, API-initiated), a taint or its node going away.
 DISRUPTION_TARGET = "DisruptionTarget"
