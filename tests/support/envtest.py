@@ -69,11 +69,12 @@ import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Any, TextIO
 
 import yaml
 from kubernetes import client as k8s_client
+
+from tests.support.lifecycle import StartStop
 
 K8S_VERSION = "1.20.2"
 """The Kubernetes version that ``scripts/provision-envtest.sh`` builds."""
@@ -346,7 +347,7 @@ class _Process:
 # --------------------------------------------------------------------------------------------
 
 
-class EnvTest:
+class EnvTest(StartStop):
     """etcd + kube-apiserver (+ optionally kube-controller-manager, kube-scheduler) on 127.0.0.1.
 
     Args:
@@ -672,18 +673,6 @@ class EnvTest:
         return self._dir
 
     # -- lifecycle ----------------------------------------------------------------------------
-
-    def __enter__(self) -> EnvTest:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def start(self) -> EnvTest:
         """Start etcd, kube-apiserver (and kube-controller-manager); wait until ready."""

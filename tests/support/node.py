@@ -86,6 +86,7 @@ from tests.support.envtest import (
     _tail,
     _write_rsa_key_pair,
 )
+from tests.support.lifecycle import StartStop
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_CACHE_ENV = "TRAINJOB_NODE_CACHE"
@@ -417,7 +418,7 @@ class _Process:
     log_file: IO[bytes]
 
 
-class Node:
+class Node(StartStop):
     """A single-node cluster; see the module's documentation.
 
     Args:
@@ -461,12 +462,6 @@ class Node:
         self.timings: dict[str, float] = {}
 
     # -- public ---------------------------------------------------------------------------
-
-    def __enter__(self) -> Node:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     @property
     def containerd_socket(self) -> Path:

@@ -106,11 +106,11 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Any
 
 import yaml
 
+from tests.support.lifecycle import StartStop
 from trainjob_operator.constants import now
 from trainjob_operator.kube import ApiError, KubeClient, KubeConfig
 
@@ -441,7 +441,7 @@ class _Container:
     history: list[Path] = field(default_factory=list)
 
 
-class PodRunner:
+class PodRunner(StartStop):
     """Run the Pods of ``namespace`` on this machine (see the module docstring).
 
     Args:
@@ -506,17 +506,6 @@ class PodRunner:
         self._thread: threading.Thread | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
-
-    def __enter__(self) -> PodRunner:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def start(self) -> PodRunner:
         """Start watching the namespace in a background thread."""

@@ -40,10 +40,10 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any, TypeVar
 
 from tests.support.envtest import EnvTest, EnvTestError, ensure_assets
+from tests.support.lifecycle import StartStop
 
 __all__ = [
     "GKE_NODEPOOL_LABEL",
@@ -338,7 +338,7 @@ def force_delete_pods(env: EnvTest, namespace: str, timeout: float = 60.0) -> No
 # -------------------------------------------------------------------------------------------
 
 
-class GkeCluster:
+class GkeCluster(StartStop):
     """An envtest API server with kube-scheduler and the Node objects of ``pools``.
 
     Args:
@@ -388,14 +388,3 @@ class GkeCluster:
         if self._env is not None:
             self._env.stop()
             self._env = None
-
-    def __enter__(self) -> GkeCluster:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
