@@ -7,9 +7,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,6 +16,7 @@ import yaml
 
 from tests.chart.helpers import CHART_DIR, REPO, all_of, one, render
 from tests.support import EnvTest
+from tests.support.waiting import wait_for
 from trainjob_operator.api import parse_trainjob
 from trainjob_operator.kube import ApiError, KubeClient, KubeConfig
 from trainjob_operator.operator_main import run_operator
@@ -145,17 +145,6 @@ def rbac_objects(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def trainjob_crd(envtest: EnvTest) -> None:
     """The chart's CRD (what ``helm install`` creates from crds/)."""
     envtest.apply_crd(CHART_CRD)
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}; last value: {last!r}")
 
 
 # --------------------------------------------------------------------------- SubjectAccessReview

@@ -17,7 +17,6 @@ import base64
 import contextlib
 import copy
 import socket
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +29,7 @@ import yaml
 from tests.chart.helpers import REPO, chart
 from tests.k8s import conftest as k8s_conftest
 from tests.support import EnvTest, ensure_assets
+from tests.support.waiting import wait_for as _wait_for
 from trainjob_operator import admission
 from trainjob_operator.admission import AdmissionServer
 from trainjob_operator.api.errors import ManifestError
@@ -91,17 +91,6 @@ def _denial(body: dict[str, Any]) -> str:
     with pytest.raises(ManifestError) as info:
         parse_trainjob(body)
     return DENIED + "; ".join(error.format() for error in info.value.errors)
-
-
-def _wait_for(what: str, check: Any, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}; last value: {last!r}")
 
 
 class Release:

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from tests.faults.preemption_main import preemptible_train
-from trainer_runtime import DataParallelTrainer, PreemptionError, RunConfig, ScalingConfig
+from tests.faults.preemption_main import BackgroundFit, resumed_metrics
 
 
 def _drain(node_id: str, deadline_ms: int) -> None:
@@ -36,15 +34,6 @@ def _drain(node_id: str, deadline_ms: int) -> None:
         raise RuntimeError(f"drain_node refused: {why}")
 
 
-def _trainer(storage: Path, config: dict[str, Any]) -> DataParallelTrainer:
-    return DataParallelTrainer(
-        preemptible_train,
-        train_loop_config=config,
-        scaling_config=ScalingConfig(num_workers=2, placement_strategy="SPREAD"),
-        run_config=RunConfig(name="run", storage_path=str(storage)),
-    )
-
-
 def run(workdir: Path) -> dict[str, Any]:
     """Run the scenario in ``workdir`` and return what was observed."""
     import ray
@@ -59,45 +48,15 @@ def run(workdir: Path) -> dict[str, Any]:
     cluster.wait_for_nodes()
     out: dict[str, Any] = {}
     try:
-        outcome: list[BaseException] = []
-
-        def fit() -> None:
-            try:
-                _trainer(storage, {"ready_file": str(ready), "signal_rank": 1}).fit()
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                outcome.append(exc)
-
-        thread = threading.Thread(target=fit)
-        thread.start()
-        while not ready.exists() or not ready.read_text():
-            if not thread.is_alive():
-                raise RuntimeError(f"fit() ended before rank 1 was ready: {outcome!r}")
-            time.sleep(0.05)
-        node = json.loads(ready.read_text())["node"]
+        fit = BackgroundFit(storage, ready)
+        node = fit.node_of_rank_1()
         deadline_ms = int(time.time() * 1000) + 600_000
         _drain(node, deadline_ms)
-        thread.join()
-
-        out["drained_node"] = node
-        out["requested_deadline_ms"] = deadline_ms
-        out["outcomes"] = [type(exc).__name__ for exc in outcome]
-        error = outcome[0] if outcome else None
-        if isinstance(error, PreemptionError):
-            info = error.preemption_info
-            out["preempted_node_ids"] = info.preempted_node_ids
-            out["preempted_ranks"] = info.preempted_ranks
-            out["deadline_ms"] = info.deadline_ms
-            result = error.result
-            out["checkpoint"] = (
-                None if result is None or result.checkpoint is None else (result.checkpoint.path)
-            )
-            out["metrics"] = None if result is None else result.metrics
+        fit.thread.join()
+        out.update(fit.describe(), drained_node=node, requested_deadline_ms=deadline_ms)
+        if "error" not in out:
             cluster.remove_node(next(n for n in nodes if n.node_id == node))
-            out["resumed_metrics"] = (
-                _trainer(storage, {"resume": True, "signal_rank": 0}).fit().metrics
-            )
-        else:
-            out["error"] = repr(error)
+            out["resumed_metrics"] = resumed_metrics(storage)
     finally:
         ray.shutdown()
         cluster.shutdown()

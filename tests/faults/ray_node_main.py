@@ -16,13 +16,12 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from tests.faults.preemption_main import preemptible_train
-from trainer_runtime import DataParallelTrainer, PreemptionError, RunConfig, ScalingConfig
+from tests.faults.preemption_main import BackgroundFit, resumed_metrics
+from tests.support.waiting import wait_for as _wait_for
 from trainjob_operator.constants import TERMINATION_GRACE_ENV
 from trainjob_operator.launcher.ray_node import RAY_NODE_LOG_IDLE, raylet_node_id
 
@@ -73,25 +72,6 @@ def _start_node(head: str, log: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
-def _trainer(storage: Path, config: dict[str, Any]) -> DataParallelTrainer:
-    return DataParallelTrainer(
-        preemptible_train,
-        train_loop_config=config,
-        scaling_config=ScalingConfig(num_workers=2, placement_strategy="SPREAD"),
-        run_config=RunConfig(name="run", storage_path=str(storage)),
-    )
-
-
-def _wait_for(predicate: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise TimeoutError(what)
-
-
 def run(workdir: Path) -> dict[str, Any]:
     """Run the scenario in ``workdir`` and return what was observed."""
     import ray
@@ -109,63 +89,40 @@ def run(workdir: Path) -> dict[str, Any]:
         for i, log in enumerate(logs):  # one at a time: a loaded 2-core machine
             procs.append(_start_node(cluster.address, log))
             _wait_for(
+                f"worker node {i} joining (log: {log})",
                 lambda i=i: sum(1 for n in ray.nodes() if n["Alive"]) == i + 2,
                 120,
-                f"worker node {i} joining (log: {log})",
             )
         node_of = {
-            p.pid: _wait_for(lambda p=p: raylet_node_id(p.pid), 60, "a raylet") for p in procs
+            p.pid: _wait_for("a raylet", lambda p=p: raylet_node_id(p.pid), 60) for p in procs
         }
-        outcome: list[BaseException] = []
-
-        def fit() -> None:
-            try:
-                _trainer(storage, {"ready_file": str(ready), "signal_rank": 1}).fit()
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                outcome.append(exc)
-
-        thread = threading.Thread(target=fit)
-        thread.start()
-        while not ready.exists() or not ready.read_text():
-            if not thread.is_alive():
-                raise RuntimeError(f"fit() ended before rank 1 was ready: {outcome!r}")
-            time.sleep(0.05)
-        node = json.loads(ready.read_text())["node"]
+        fit = BackgroundFit(storage, ready)
+        node = fit.node_of_rank_1()
         victim = next(p for p in procs if node_of[p.pid] == node)
+        victim_log = logs[procs.index(victim)]
         noticed_at = time.time()
         victim.send_signal(signal.SIGTERM)  # the kubelet's termination notice
-        thread.join(timeout=GRACE_S + 180)
-        if thread.is_alive():  # the notice was lost: report it instead of hanging
+        fit.thread.join(timeout=GRACE_S + 180)
+        if fit.thread.is_alive():  # the notice was lost: report it instead of hanging
             out["error"] = "fit() still running after the grace period"
-            out["victim_log"] = logs[procs.index(victim)].read_text()
+            out["victim_log"] = victim_log.read_text()
             return out
         out["victim_exit_code"] = victim.wait(timeout=GRACE_S)
-        out["victim_exited_after_s"] = time.time() - noticed_at
-        out["victim_log"] = logs[procs.index(victim)].read_text()
-        out["idle_message"] = RAY_NODE_LOG_IDLE
-        out["noticed_at_ms"] = int(noticed_at * 1000)
-        out["grace_s"] = GRACE_S
-        out["drained_node"] = node
-        out["outcomes"] = [type(exc).__name__ for exc in outcome]
-        error = outcome[0] if outcome else None
-        if isinstance(error, PreemptionError):
-            info = error.preemption_info
-            out["preempted_node_ids"] = info.preempted_node_ids
-            out["preempted_ranks"] = info.preempted_ranks
-            out["deadline_ms"] = info.deadline_ms
-            result = error.result
-            checkpoint = None if result is None else result.checkpoint
-            out["checkpoint"] = None if checkpoint is None else checkpoint.path
-            out["metrics"] = None if result is None else result.metrics
+        out.update(
+            fit.describe(),
+            victim_log=victim_log.read_text(),
+            idle_message=RAY_NODE_LOG_IDLE,
+            noticed_at_ms=int(noticed_at * 1000),
+            grace_s=GRACE_S,
+            drained_node=node,
+        )
+        if "error" not in out:
             _wait_for(
+                "the drained node leaving the cluster",
                 lambda: not any(n["Alive"] for n in ray.nodes() if n["NodeID"] == node),
                 60,
-                "the drained node leaving the cluster",
             )
-            resumed = _trainer(storage, {"resume": True, "signal_rank": 0}).fit()
-            out["resumed_metrics"] = resumed.metrics
-        else:
-            out["error"] = repr(error)
+            out["resumed_metrics"] = resumed_metrics(storage)
     finally:
         ray.shutdown()
         for proc in procs:

@@ -10,25 +10,15 @@ session's Ray cluster, and one process can be a driver of one cluster only.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
+
+from tests.faults.preemption_main import run_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_drained_ray_node_is_a_preemption_notice_for_its_ranks(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.faults.preemption_drain_main", str(tmp_path)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stdout[-4000:] + proc.stderr[-4000:]
-    seen = json.loads(lines[-1].removeprefix("RESULT "))
+    seen = run_scenario("tests.faults.preemption_drain_main", tmp_path)
 
     assert seen["outcomes"] == ["PreemptionError"], seen
     assert seen["preempted_node_ids"] == [seen["drained_node"]]

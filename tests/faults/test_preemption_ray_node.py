@@ -12,7 +12,6 @@ in a separate process (``tests/faults/ray_node_main.py``).
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.faults.preemption_main import run_scenario
 from trainjob_operator.launcher import ray_node
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,16 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_sigterm_to_a_ray_node_pod_drains_it_and_the_job_checkpoints_and_resumes(
     tmp_path: Path,
 ) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.faults.ray_node_main", str(tmp_path)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stdout[-4000:] + proc.stderr[-4000:]
-    seen = json.loads(lines[-1].removeprefix("RESULT "))
+    seen = run_scenario("tests.faults.ray_node_main", tmp_path)
 
     assert seen["outcomes"] == ["PreemptionError"], seen
     assert seen["preempted_node_ids"] == [seen["drained_node"]]

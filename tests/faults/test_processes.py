@@ -19,6 +19,7 @@ import pytest
 from tests.conftest import REPO_ROOT
 from tests.faults.workloads import check_run, integrity_train, read_events
 from tests.gcs import GCSEmulator
+from tests.support.waiting import wait_for
 from trainer_runtime import (
     DataParallelTrainer,
     FailureConfig,
@@ -29,6 +30,11 @@ from trainer_runtime import (
 )
 from trainer_runtime.checkpoint import COMMIT_MARKER
 from trainer_runtime.storage.factory import reset_storage_cache
+
+
+def _wait_for(what: str, check: Callable[[], Any], timeout: float = 120.0) -> Any:
+    """Polled every 20 ms: these tests catch short-lived process states."""
+    return wait_for(what, check, timeout, every=0.02)
 
 
 def _uploading_folder(run: Path, after_round: int) -> Path | None:
@@ -43,16 +49,6 @@ def _uploading_folder(run: Path, after_round: int) -> Path | None:
         if int(folder.name.split("_")[1]) > after_round and names and COMMIT_MARKER not in names:
             return folder
     return None
-
-
-def _wait_for(what: str, check: Callable[[], Any], timeout: float = 120.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _in_background(fn: Callable[[], None]) -> threading.Thread:

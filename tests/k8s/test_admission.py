@@ -21,10 +21,9 @@ import socket
 import ssl
 import tempfile
 import threading
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tests.support import EnvTest
+from tests.support.waiting import wait_for as _wait_for
 from trainjob_operator import cli
 from trainjob_operator.admission import WEBHOOK_PATH, AdmissionServer
 from trainjob_operator.api.errors import ManifestError
@@ -105,17 +105,6 @@ def _certificates(folder: Path) -> tuple[bytes, Path, Path]:
         )
     )
     return _pem(ca), cert_path, key_path
-
-
-def _wait_for(what: str, check: Callable[[], Any], timeout: float = 120.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}; last value: {last!r}")
 
 
 def _job(namespace: str, name: str, **spec: Any) -> dict[str, Any]:

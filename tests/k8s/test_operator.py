@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from tests.support import EnvTest
+from tests.support.waiting import wait_for
 from trainjob_operator.kube import KubeClient, KubeConfig
 from trainjob_operator.operator_main import run_operator
 
@@ -99,17 +100,6 @@ def remove_trainjobs(envtest: EnvTest, namespace: str) -> None:
     for job in kube.list("TrainJob", namespace):
         kube.delete("TrainJob", namespace, job["metadata"]["name"])
     wait_for("TrainJobs deleted", lambda: not kube.list("TrainJob", namespace), timeout=120)
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}; last value: {last!r}")
 
 
 def make_job(

@@ -37,13 +37,14 @@ from __future__ import annotations
 
 import time
 import urllib.parse
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from tests.support.envtest import EnvTest, EnvTestError, ensure_assets
 from tests.support.lifecycle import StartStop
+from tests.support.waiting import wait_for
 
 __all__ = [
     "GKE_NODEPOOL_LABEL",
@@ -230,22 +231,6 @@ def register_nodes(env: EnvTest, pools: Iterable[NodePool]) -> list[str]:
 # -------------------------------------------------------------------------------------------
 # Pods
 # -------------------------------------------------------------------------------------------
-
-
-def wait_for(what: str, check: Callable[[], T | None], timeout: float, every: float = 0.5) -> T:
-    """Poll ``check`` until it returns something truthy; AssertionError naming ``what``
-    and the last value after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while True:
-        last = check()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}"
-            )
-        time.sleep(every)
 
 
 def list_pods(env: EnvTest, namespace: str, selector: str = "") -> list[dict[str, Any]]:
