@@ -14,9 +14,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,6 +24,7 @@ import yaml
 from kubernetes import client as k8s_client
 
 from tests.support.node import Image, Node
+from tests.support.waiting import wait_for
 from trainer_runtime.checkpoint import COMMIT_MARKER
 
 pytestmark = [pytest.mark.node, pytest.mark.timeout(1500)]
@@ -40,17 +40,6 @@ GCS_PORT = 4443
 GCS_HOST = f"fake-gcs.{STORAGE_NAMESPACE}.svc.cluster.local"
 
 T = TypeVar("T")
-
-
-def wait_for(what: str, check: Callable[[], T | None], timeout: float, every: float = 2.0) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(every)
 
 
 class Cluster:
@@ -258,6 +247,17 @@ def make_job(
     return body
 
 
+def wait_for_a_committed_checkpoint(cluster: Cluster, namespace: str) -> None:
+    """The job is Running and has committed a checkpoint (a fault now lands mid-run)."""
+    cluster.wait_phase(namespace, "Running", timeout=600)
+    wait_for(
+        "a committed checkpoint",
+        lambda: cluster.status(namespace).get("latestCheckpoint"),
+        timeout=600,
+        every=1.0,
+    )
+
+
 def test_operator_runs_in_cluster_from_its_image(cluster: Cluster) -> None:
     pods = cluster.core.list_namespaced_pod(OPERATOR_NAMESPACE).items
     assert pods
@@ -336,13 +336,7 @@ def test_worker_killed_mid_run_resumes_from_its_checkpoint(
     epochs = 5
     # Small batches make epochs of seconds, so that the kill lands mid-training.
     make_job(cluster, namespace, {"epochs": epochs, "batch_size": 8}, failure={"maxFailures": 3})
-    cluster.wait_phase(namespace, "Running", timeout=600)
-    wait_for(
-        "a committed checkpoint",
-        lambda: cluster.status(namespace).get("latestCheckpoint"),
-        timeout=600,
-        every=1.0,
-    )
+    wait_for_a_committed_checkpoint(cluster, namespace)
     worker = f"{JOB}-w1"
     old_uid = cluster.pods(namespace)[worker].metadata.uid
     kill_in_container(cluster, namespace, worker, "raylet")  # the worker's Ray node dies
@@ -395,13 +389,7 @@ def test_suspend_tears_down_and_resume_continues_from_the_checkpoint(
 ) -> None:
     epochs = 6
     make_job(cluster, namespace, {"epochs": epochs, "batch_size": 8})
-    cluster.wait_phase(namespace, "Running", timeout=600)
-    wait_for(
-        "a committed checkpoint",
-        lambda: cluster.status(namespace).get("latestCheckpoint"),
-        timeout=600,
-        every=1.0,
-    )
+    wait_for_a_committed_checkpoint(cluster, namespace)
     patch = {"spec": {"suspend": True}}
     cluster.custom.patch_namespaced_custom_object(
         "trainjob.dev", "v1alpha1", namespace, "trainjobs", JOB, patch
@@ -436,13 +424,7 @@ def test_a_worker_pod_terminated_gracefully_checkpoints_and_resumes(
         failure={"maxRestarts": 0},
         podTemplate={"terminationGracePeriodSeconds": 90},
     )
-    cluster.wait_phase(namespace, "Running", timeout=600)
-    wait_for(
-        "a committed checkpoint",
-        lambda: cluster.status(namespace).get("latestCheckpoint"),
-        timeout=600,
-        every=1.0,
-    )
+    wait_for_a_committed_checkpoint(cluster, namespace)
     worker = f"{JOB}-w1"
     env = {e.name: e.value for e in cluster.pods(namespace)[worker].spec.containers[0].env}
     assert env["TRAINJOB_TERMINATION_GRACE_PERIOD_S"] == "90"
@@ -458,3 +440,24 @@ def test_a_worker_pod_terminated_gracefully_checkpoints_and_resumes(
     assert status["ignoredRestarts"] == 1
     driver_log = cluster.node.kubectl("logs", "-n", namespace, f"{JOB}-driver").stdout
     assert "Resuming run" in driver_log, driver_log[-3000:]
+
+
+def test_an_image_that_cannot_be_pulled_fails_at_the_startup_deadline_saying_why(
+    cluster: Cluster, namespace: str
+) -> None:
+    """No registry serves this image: the kubelet reports ErrImagePull/ImagePullBackOff, the
+    job stays Starting, and startupDeadlineSeconds fails it with the kubelet's reason."""
+    make_job(
+        cluster,
+        namespace,
+        {"epochs": 1},
+        image="localhost/trainjob-no-such-image:never",
+        failure={"startupDeadlineSeconds": 60},
+    )
+    status = cluster.wait_phase(namespace, "Failed", timeout=600)
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Failed"]["reason"] == "StartupDeadlineExceeded", conditions
+    message = conditions["Failed"]["message"]
+    assert "ErrImagePull" in message or "ImagePullBackOff" in message, message
+    assert "trainjob-no-such-image" in message, message
+    assert status["restarts"] == 0

@@ -1,10 +1,9 @@
 """Test support for trainjob-operator: a real kube-apiserver + etcd, envtest style
-(:mod:`tests.support.envtest`), and a test kubelet that runs the Pods of a namespace as local
-processes (:mod:`tests.support.pod_runner`). Also a real single-node cluster
+(:mod:`tests.support.envtest`). Also a real single-node cluster
 (:mod:`tests.support.node`) and GKE-like node pools for kube-scheduler
 (:mod:`tests.support.scheduler`), imported from their modules.
 
-Used by the cluster tests (``tests/k8s``, ``tests/chart``, ``tests/e2e``) and by
+Used by the cluster tests (``tests/k8s``, ``tests/chart``, ``tests/cluster``) and by
 ``benchmarks/bench_operator.py``; it is not part of the installed package or the images.
 """
 
@@ -18,17 +17,14 @@ from tests.support.envtest import (
     ensure_assets,
     find_assets,
 )
-from tests.support.pod_runner import PodRunner, namespaces_available
 
 __all__ = [
     "ADMIN_USER",
     "DEFAULT_USERS",
     "EnvTest",
     "EnvTestError",
-    "PodRunner",
     "User",
     "default_cache_dir",
     "ensure_assets",
     "find_assets",
-    "namespaces_available",
 ]
