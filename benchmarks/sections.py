@@ -372,12 +372,11 @@ ranks connect, so none waits out the backoff. `torch._dynamo` is left to `prepar
 importing it earlier could only overlap a few round trips safely and would cost about a
 second to train functions that never build DDP. Side by side in one Ray cluster (fits
 alternating between the old start-up path, patched back in, and the new one, 6 each after a
-warm-up, on the 2 cores with a CI run going on: 1-minute load average 8.6-14.3, so only the
-comparison means anything), `fit()` -> first step took 8.56 s before and 6.89 s after
-(medians; fastest 4.93 s and 4.58 s). The 2.5 s goal needs the two imports to take well under
-2 s together; at a load average of 2.3 here `import torch` alone takes 1.1 s and
-`import torch._dynamo` 1.0 s more, so it is met only on an idle machine with a fast CPU,
-if at all, until the imports get cheaper or move out of the path."""
+warm-up), `fit()` -> first step took 3.24 s before and 2.90 s after (medians; train function
+entered 1.98 s / 1.76 s) at a load average of 0.8-1.7, and 8.56 s / 6.89 s with a CI run
+loading the 2 cores to 8.6-14.3. What is left is Ray's actor start, `import torch` (1.1 s) and
+`import torch._dynamo` in `prepare_model` (1.1 s): the 2.5 s goal is not met on this machine
+until those imports get cheaper or move out of the path."""
 
 
 def plot_startup(data: dict[str, Any], out: Path) -> None:
