@@ -305,10 +305,22 @@ def test_cpu_quickstart_workers() -> None:
 @pytest.mark.parametrize(
     ("cpu", "expected"), [("500m", 1), ("2500m", 3), (3, 3), ("2", 2), ("1.5", 2)]
 )
-def test_logical_cpus_round_up(cpu: int | str, expected: int) -> None:
-    job = make_job(scaling={"numWorkers": 1, "resourcesPerWorker": {"cpu": cpu}})
-    [pod] = render_worker_pods(job, uid=UID)
-    assert f"--num-cpus={expected}" in _ray_start_args(pod)
+def test_logical_cpus_round_up_and_each_worker_actor_asks_for_a_whole_pod(
+    cpu: int | str, expected: int
+) -> None:
+    """The worker pod's Ray node and the driver's worker actors agree on the CPU count, so
+    one worker runs on each worker pod (a fractional request packed several on one pod)."""
+    from trainjob_operator.launcher.trainer import build_trainer, plan_run
+
+    job = make_job(
+        scaling={"numWorkers": 2, "resourcesPerWorker": {"cpu": cpu}},
+        entrypoint="examples.quickstart.train:train_func",
+    )
+    pods = render_worker_pods(job, uid=UID)
+    assert [f"--num-cpus={expected}" in _ray_start_args(pod) for pod in pods] == [True, True]
+    assert job.spec.scaling.cpus_per_worker() == expected
+    trainer = build_trainer(plan_run(job, storage_path="/tmp/unused"), [])
+    assert trainer.scaling_config.resources_per_worker["CPU"] == expected
 
 
 def test_local_mode_has_no_workers() -> None:

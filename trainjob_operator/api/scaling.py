@@ -173,6 +173,19 @@ class ScalingConfig(ApiModel):
             resources[GKE_TPU_RESOURCE] = shape.chips_per_host
         return resources
 
+    def cpus_per_worker(self) -> int:
+        """Logical CPUs of one worker: its pod's ``cpu`` rounded up, at least 1 (1 without).
+
+        The worker pod's Ray node advertises this many CPUs and the driver's trainer asks each
+        worker actor for the same count, so exactly one worker runs on each worker pod (with
+        a fractional request, Ray's default PACK strategy put several workers on one pod and
+        left the others idle).
+        """
+        quantity = self.pod_resources().get("cpu")
+        if quantity is None:
+            return 1
+        return max(1, math.ceil(parse_quantity(quantity) - 1e-9))
+
     def gpus_per_worker(self) -> int:
         """GPUs of one worker pod (``nvidia.com/gpu`` of :meth:`pod_resources`; 0 without).
 

@@ -18,7 +18,6 @@ from typing import Any
 
 from trainer_runtime.callbacks import Callback
 from trainjob_operator.api.fields import split_entrypoint
-from trainjob_operator.api.quantity import parse_quantity
 from trainjob_operator.api.trainjob import TrainJob
 
 __all__ = [
@@ -98,10 +97,6 @@ class RunPlan:
     trainer_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
-def _cpu_quantity(value: int | str | None) -> float:
-    return 1.0 if value is None else parse_quantity(value)
-
-
 def plan_run(
     job: TrainJob,
     num_workers: int | None = None,
@@ -125,7 +120,8 @@ def plan_run(
         or (spec.storage.path if spec.storage else None)
         or os.path.expanduser(DEFAULT_LOCAL_STORAGE)
     )
-    cpus = _cpu_quantity(spec.scaling.resources_per_worker.get("cpu"))
+    # What each worker pod's Ray node advertises: one worker actor per pod.
+    cpus = float(spec.scaling.cpus_per_worker())
     gpus = spec.scaling.gpus_per_worker() if spec.scaling.tpu is None else 0
     if spec.framework == "jax" and importlib.util.find_spec("trainer_runtime.jax") is None:
         raise EntrypointError(

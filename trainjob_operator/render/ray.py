@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import math
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from trainjob_operator.api.quantity import parse_quantity
 from trainjob_operator.render.names import GCS_PORT
 
 if TYPE_CHECKING:
@@ -21,8 +19,6 @@ __all__ = [
     "MEGASCALE_PORT",
     "METRICS_PORT",
     "RAY_NODE_MODULE",
-    "cpu_cores",
-    "ray_cpus",
     "ray_resources_arg",
     "ray_worker_command",
     "wait_for_head_script",
@@ -34,22 +30,6 @@ METRICS_PORT = 8080
 """Ray's Prometheus metrics export port on every Ray node."""
 MEGASCALE_PORT = 8081
 """Multislice (megascale) coordinator port, the value Ray's TPU support uses."""
-
-
-def cpu_cores(value: int | str) -> float:
-    """A Kubernetes quantity as a number (``"500m"`` -> 0.5, ``"2"`` -> 2.0, ``4`` -> 4.0).
-
-    Raises:
-        ValueError: for a string that is not a quantity.
-    """
-    return parse_quantity(value)
-
-
-def ray_cpus(value: int | str | None, default: int = 1) -> int:
-    """Logical CPUs a Ray node advertises for a CPU quantity: rounded up, at least 1."""
-    if value is None:
-        return default
-    return max(1, math.ceil(cpu_cores(value) - 1e-9))
 
 
 def wait_for_head_script(ctx: RenderContext) -> str:

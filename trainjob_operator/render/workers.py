@@ -28,7 +28,6 @@ from trainjob_operator.render.pods import build_container, build_pod, env_var
 from trainjob_operator.render.ray import (
     MEGASCALE_PORT,
     METRICS_PORT,
-    ray_cpus,
     ray_resources_arg,
     ray_worker_command,
 )
@@ -42,7 +41,8 @@ GKE_NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
 def _cpu_gpu_workers(ctx: RenderContext) -> list[dict[str, Any]]:
     placement = ctx.worker_placement
     gpus = ctx.job.spec.scaling.gpus_per_worker()
-    args = [f"--num-cpus={ray_cpus(placement.resources.get('cpu'))}", f"--num-gpus={gpus}"]
+    cpus = ctx.job.spec.scaling.cpus_per_worker()
+    args = [f"--num-cpus={cpus}", f"--num-gpus={gpus}"]
     command = ray_worker_command(ctx, args)
     pods = []
     for index in range(ctx.job.spec.scaling.num_workers):
@@ -151,7 +151,7 @@ def _tpu_workers(ctx: RenderContext) -> list[dict[str, Any]]:
     assert shape is not None
     placement = ctx.worker_placement
     args = [
-        f"--num-cpus={ray_cpus(placement.resources.get('cpu'))}",
+        f"--num-cpus={ctx.job.spec.scaling.cpus_per_worker()}",
         "--num-gpus=0",
         ray_resources_arg({"TPU": shape.chips_per_host}),
     ]
