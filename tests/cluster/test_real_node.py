@@ -453,6 +453,8 @@ def test_an_image_that_cannot_be_pulled_fails_at_the_startup_deadline_saying_why
         {"epochs": 1},
         image="localhost/trainjob-no-such-image:never",
         failure={"startupDeadlineSeconds": 60},
+        # Small enough to be placed while earlier tests' pods are still shutting down.
+        scaling={"numWorkers": 1, "resourcesPerWorker": {"cpu": "10m"}},
     )
     status = cluster.wait_phase(namespace, "Failed", timeout=600)
     conditions = {c["type"]: c for c in status["conditions"]}

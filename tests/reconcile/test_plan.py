@@ -493,6 +493,20 @@ def test_startup_deadline_names_containers_that_cannot_start() -> None:
     )
 
 
+def test_startup_deadline_names_both_unplaced_pods_and_images_that_cannot_be_pulled() -> None:
+    observed = _desired()
+    observed[0]["status"]["containerStatuses"] = [
+        {"name": "ray-head", "state": {"waiting": {"reason": "ErrImagePull"}}}
+    ]
+    _unschedulable(observed[2], "0/1 nodes are available: 1 Insufficient cpu.")
+    failed = _startup_failure(observed)
+    assert failed["message"] == (
+        "not Running within startupDeadlineSeconds=30: "
+        "pod tj-w1 Unschedulable: 0/1 nodes are available: 1 Insufficient cpu.; "
+        "container tj-head/ray-head waiting: ErrImagePull"
+    )
+
+
 def test_startup_deadline_without_a_known_cause_and_pods_being_deleted() -> None:
     observed = _desired()
     _unschedulable(observed[1])["metadata"]["deletionTimestamp"] = "2026-12-01T11:59:59Z"

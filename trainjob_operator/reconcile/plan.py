@@ -840,38 +840,37 @@ def _pod_names(names: list[str]) -> str:
 def startup_blockers(pods: list[dict[str, Any]]) -> str | None:
     """Why pods are not running, as the Kubernetes objects say, or None when they do not say.
 
-    First the pods kube-scheduler could not place (``PodScheduled=False``, e.g.
-    ``Unschedulable`` with its ``0/12 nodes are available: ...`` message), grouped by message;
-    else containers waiting for a reason other than normal start-up (``ErrImagePull``,
-    ``ImagePullBackOff``, ``CreateContainerConfigError``...). Pods being deleted are left out.
+    The pods kube-scheduler could not place (``PodScheduled=False``, e.g. ``Unschedulable``
+    with its ``0/12 nodes are available: ...`` message), grouped by message; then containers
+    waiting for a reason other than normal start-up (``ErrImagePull``, ``ImagePullBackOff``,
+    ``CreateContainerConfigError``...). Both kinds are named when both occur (a pod that
+    cannot be placed and another whose image cannot be pulled). Pods being deleted are left
+    out.
     """
     live = sorted((p for p in pods if not _terminating(p)), key=_name)
     unscheduled: dict[tuple[str, str], list[str]] = {}
+    waiting: dict[tuple[str, str], list[str]] = {}
     for pod in live:
-        for condition in (pod.get("status") or {}).get("conditions") or []:
+        status = pod.get("status") or {}
+        for condition in status.get("conditions") or []:
             if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
                 reason = str(condition.get("reason") or "Unschedulable")
                 key = (reason, str(condition.get("message") or ""))
                 unscheduled.setdefault(key, []).append(_name(pod))
-    if unscheduled:
-        return "; ".join(
-            f"pod {_pod_names(names)} {reason}" + (f": {message}" if message else "")
-            for (reason, message), names in unscheduled.items()
-        )
-    waiting: dict[tuple[str, str], list[str]] = {}
-    for pod in live:
-        for status in (pod.get("status") or {}).get("containerStatuses") or []:
-            state = (status.get("state") or {}).get("waiting") or {}
+        for container in status.get("containerStatuses") or []:
+            state = (container.get("state") or {}).get("waiting") or {}
             waiting_reason = str(state.get("reason") or "")
             if waiting_reason and waiting_reason not in _STARTING_REASONS:
                 key = (waiting_reason, str(state.get("message") or ""))
-                waiting.setdefault(key, []).append(f"{_name(pod)}/{status.get('name')}")
-    if waiting:
-        return "; ".join(
-            f"container {_pod_names(names)} waiting: {reason}" + (f": {message}" if message else "")
-            for (reason, message), names in waiting.items()
-        )
-    return None
+                waiting.setdefault(key, []).append(f"{_name(pod)}/{container.get('name')}")
+    causes = [
+        f"pod {_pod_names(names)} {reason}" + (f": {message}" if message else "")
+        for (reason, message), names in unscheduled.items()
+    ] + [
+        f"container {_pod_names(names)} waiting: {reason}" + (f": {message}" if message else "")
+        for (reason, message), names in waiting.items()
+    ]
+    return "; ".join(causes) or None
 
 
 def check_deadlines_if_needed(r: Reconcile) -> bool:
