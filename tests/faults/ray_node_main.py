@@ -31,26 +31,30 @@ NODES = 3
 """Two for the job's workers, one spare for the resumed run."""
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port no one listens on now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
+def own_port_flags() -> list[str]:
+    """``ray start`` flags giving a node ports of its own: several Ray nodes share this host
+    (in a cluster each pod has its own network), and Ray's fixed defaults (the dashboard
+    agent's) would collide."""
+    flags = (
+        "node-manager-port",
+        "object-manager-port",
+        "metrics-export-port",
+        "dashboard-agent-listen-port",
+        "dashboard-agent-grpc-port",
+        "runtime-env-agent-port",
+    )
+    return [f"--{flag}={free_port()}" for flag in flags]
+
+
 def _start_node(head: str, log: Path) -> subprocess.Popen[bytes]:
-    # Several Ray nodes share this host (in a cluster each pod has its own network): give
-    # each its own ports, or they collide on Ray's fixed defaults (the dashboard agent's).
-    ports = [
-        f"--{flag}={_free_port()}"
-        for flag in (
-            "node-manager-port",
-            "object-manager-port",
-            "metrics-export-port",
-            "dashboard-agent-listen-port",
-            "dashboard-agent-grpc-port",
-            "runtime-env-agent-port",
-        )
-    ]
+    ports = own_port_flags()
     argv = [
         sys.executable,
         "-m",

@@ -58,6 +58,36 @@ def test_ray_stops_before_the_deadline_by_a_margin_the_grace_period_allows(
     assert ray_node.stop_margin_s(grace) == margin
 
 
+def test_a_fresh_ray_node_has_a_raylet_id_and_no_busy_workers(tmp_path: Path) -> None:
+    """Ray's own processes under a node (the raylet's agents, pooled idle workers) are not
+    work: a drained node without actors or tasks stops at once."""
+    import signal
+
+    from tests.faults.ray_node_main import free_port, own_port_flags
+    from tests.support.waiting import wait_for
+
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    argv = [ray_bin, "start", "--head", f"--port={free_port()}", "--num-cpus=1", "--block"]
+    argv += ["--include-dashboard=false", "--disable-usage-stats", *own_port_flags()]
+    node = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+
+    def agents() -> list[str] | None:
+        titles = [" ".join(ray_node.cmdline(p)) for p in ray_node.descendants(node.pid)]
+        return titles if any(t.startswith("ray::") and "Agent" in t for t in titles) else None
+
+    try:
+        node_id = wait_for("the raylet", lambda: ray_node.raylet_node_id(node.pid), 120)
+        assert len(node_id) == 56 and int(node_id, 16) >= 0
+        titles = wait_for("Ray's agents under the node", agents, 120)
+        assert any(t.startswith("ray::") for t in titles), titles
+        assert ray_node.busy_ray_workers(node.pid) == []
+    finally:
+        os.killpg(node.pid, signal.SIGTERM)
+        node.wait(timeout=60)
+
+
 def test_a_notice_while_waiting_for_the_head_exits_at_once(tmp_path: Path) -> None:
     # No head answers at this address: the process waits, then leaves on SIGTERM, exit 0.
     import signal

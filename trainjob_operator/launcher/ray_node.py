@@ -55,8 +55,15 @@ HEAD_POLL_S = 2.0
 """How often ``ray health-check`` is tried while waiting for the head."""
 RAY_NODE_LOG_IDLE = "no busy Ray workers left on this node: stopping Ray"
 """Logged when the drained node stops because its workers are done (before the deadline)."""
-IDLE_PROCTITLE = "ray::IDLE"
-"""The process title of a pooled Ray worker with nothing to do."""
+NOT_WORK_PROCTITLES = (
+    "ray::IDLE",
+    "ray::DashboardAgent",
+    "ray::RuntimeEnvAgent",
+    "ray::SpillWorker",
+    "ray::RestoreWorker",
+)
+"""Titles (prefixes) of ``ray::`` processes that run no user work: pooled idle workers (also
+``ray::IDLE_SpillWorker``...), the per-node agents every raylet starts, object spilling."""
 
 
 def stop_margin_s(grace_s: float) -> float:
@@ -119,11 +126,11 @@ def raylet_node_id(root_pid: int) -> str | None:
 
 def busy_ray_workers(root_pid: int) -> list[str]:
     """Process titles of the Ray workers under ``root_pid`` that run an actor or a task
-    (``ray::<name>``; pooled ``ray::IDLE`` workers are left out)."""
+    (``ray::<name>``; Ray's own processes, :data:`NOT_WORK_PROCTITLES`, are left out)."""
     titles = []
     for pid in descendants(root_pid):
         title = " ".join(cmdline(pid)).strip()
-        if title.startswith("ray::") and not title.startswith(IDLE_PROCTITLE):
+        if title.startswith("ray::") and not title.startswith(NOT_WORK_PROCTITLES):
             titles.append(title)
     return titles
 
