@@ -39,7 +39,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from types import FrameType
 
 from trainer_runtime.preemption import grace_period_s
@@ -171,13 +171,9 @@ class RayNode:
         ray_argv: Sequence[str],
         *,
         grace_s: float,
-        drain: Callable[[str, str, int, str], bool] = drain_ray_node,
-        clock: Callable[[], float] = time.time,
     ) -> None:
         self.ray_argv = list(ray_argv)
         self.grace_s = grace_s
-        self._drain = drain
-        self._clock = clock
         self._proc: subprocess.Popen[bytes] | None = None
         self._notices = 0
         self._noticed = threading.Event()
@@ -227,14 +223,14 @@ class RayNode:
 
     def _on_notice(self) -> None:
         assert self._proc is not None
-        deadline = self._clock() + self.grace_s
+        deadline = time.time() + self.grace_s
         stop_at = deadline - stop_margin_s(self.grace_s)
         node = raylet_node_id(self._proc.pid)
         address = gcs_address_of(self.ray_argv)
         drained = False
         if node is not None and address is not None:
             try:
-                drained = self._drain(
+                drained = drain_ray_node(
                     address,
                     node,
                     int(deadline * 1000),
@@ -255,7 +251,7 @@ class RayNode:
 
     def _wait_until_idle(self, stop_at: float) -> None:
         assert self._proc is not None
-        while self._proc.poll() is None and self._clock() < stop_at:
+        while self._proc.poll() is None and time.time() < stop_at:
             busy = busy_ray_workers(self._proc.pid)
             if not busy:
                 logger.info(RAY_NODE_LOG_IDLE)
