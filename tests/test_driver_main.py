@@ -89,6 +89,21 @@ def test_placement_timeout_comes_from_the_spec(monkeypatch: pytest.MonkeyPatch) 
     assert build_trainer(plan_run(loaded), []).scaling_config.placement_timeout_s == 3600.0
 
 
+def test_failure_budgets_come_from_the_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    job = load_trainjobs(REPO / "examples" / "tpu-v6e-4x4.yaml")[0]
+    _as_in_the_driver_pod(monkeypatch, job)
+    default = build_trainer(plan_run(job), []).run_config.failure_config
+    # Ray Train's default: a preemption restarts the worker group in place, always.
+    assert default.max_preemption_failures == -1
+    assert default.max_failures == job.spec.failure.max_failures
+    body = job.to_dict()
+    body["spec"]["failure"] = {"maxFailures": 5, "maxPreemptionFailures": 0}
+    _as_in_the_driver_pod(monkeypatch, parse_trainjob(body))
+    loaded = load_job(None)  # through TRAINJOB_MANIFEST, as the driver reads it
+    failure = build_trainer(plan_run(loaded), []).run_config.failure_config
+    assert (failure.max_failures, failure.max_preemption_failures) == (5, 0)
+
+
 @pytest.mark.parametrize(
     ("scaling", "gpus"),
     [

@@ -34,6 +34,7 @@ from trainer_runtime.errors import (
     WorkerFailure,
     WorkerGroupError,
 )
+from trainer_runtime.preemption import PreemptionInfo, combine, merge
 from trainer_runtime.result import Result
 from trainer_runtime.storage import get_storage
 from trainer_runtime.storage.base import describe_error
@@ -45,6 +46,9 @@ POLL_TIMEOUT_S = 1.0
 SALVAGE_TIMEOUT_S = 10.0
 #: How long it listens to them in any case, for other ranks failing at the same time.
 FAILURE_GRACE_S = 1.0
+#: How long a preemption notice without a deadline is waited on (Ray Train's
+#: ``DEFAULT_PREEMPTION_DEADLINE_S``).
+DEFAULT_PREEMPTION_DEADLINE_S = 120.0
 
 
 @dataclass
@@ -80,6 +84,12 @@ class BaseController:
         self.epoch = 0
         self.validator: BaseValidationDispatcher | None = None
         self._drain_polled = 0.0
+        #: Preemptions the run restarted from in place (``max_preemption_failures``).
+        self.preemptions = 0
+        #: When this attempt's preemption notice was first seen (``time.time()``), or None.
+        self._notice_seen_at: float | None = None
+        #: Preempted ranks that relax_collectives_on_preemption could not relax for.
+        self._relax_refused: list[int] | None = None
 
     @property
     def validation_fn_set(self) -> bool:
@@ -98,7 +108,7 @@ class BaseController:
         latest = self.manager.latest
         best = self.manager.best()
         return Result(
-            metrics=self.coordinator.latest_metrics,
+            metrics=latest.all_metrics if latest else None,
             checkpoint=latest.checkpoint if latest else None,
             path=self.run_path,
             error=error,
@@ -108,6 +118,13 @@ class BaseController:
             restarts=self.failures,
             _storage_filesystem=self.spec.run.storage_filesystem,
         )
+
+    def _retries_preemption_in_place(self) -> bool:
+        """Whether a preemption restarts the worker group within this ``fit()``, as Ray
+        Train does up to ``FailureConfig.max_preemption_failures``. Only Ray workers can
+        move off a preempted node; in local mode this very process is going away, so
+        ``fit()`` raises :class:`PreemptionError` at once."""
+        return False
 
     def _owns_run_folder(self) -> bool:
         """Whether this process is the run's driver: the one that may clean up the run
@@ -154,6 +171,8 @@ class BaseController:
             while True:
                 latest_before = self.manager.latest
                 self.other_failures = {}
+                self._notice_seen_at = None
+                self._relax_refused = None
                 try:
                     self._run_attempt()
                     self._after_success()
@@ -162,11 +181,27 @@ class BaseController:
                     raise self._fail(exc) from exc
                 except PreemptionStop as exc:
                     self._cleanup_partial()
-                    result = self.result(exc)
-                    call_all(self.spec.run.callbacks, "on_run_end", None, exc)
-                    raise PreemptionError(
-                        exc.preemption_info, exc.drain_timed_out, result=result
-                    ) from exc
+                    self.preemptions += 1
+                    in_place = self._retries_preemption_in_place()
+                    if not (in_place and failure_config.allows_preemption(self.preemptions)):
+                        result = self.result(exc)
+                        call_all(self.spec.run.callbacks, "on_run_end", None, exc)
+                        raise PreemptionError(
+                            exc.preemption_info, exc.drain_timed_out, result=result
+                        ) from exc
+                    info = exc.preemption_info
+                    logger.warning(
+                        "Preemption of ranks %s (Ray nodes %s%s): restarting the worker group "
+                        "on other nodes from %s (preemption %d of %s; not counted against "
+                        "FailureConfig.max_failures)",
+                        info.preempted_ranks,
+                        ", ".join(info.preempted_node_ids),
+                        ", the deadline passed first" if exc.drain_timed_out else "",
+                        self.manager.latest.path if self.manager.latest else "scratch",
+                        self.preemptions,
+                        _limit(failure_config.max_preemption_failures),
+                    )
+                    self.attempt += 1
                 except WorkerFailure as exc:
                     self._after_exception(exc)
                     if exc.permanent:
@@ -266,6 +301,12 @@ def _limit(max_failures: int) -> str:
     return "unlimited" if max_failures == -1 else str(max_failures)
 
 
+def _deadline_text(deadline_ms: int | None) -> str:
+    if deadline_ms is None:
+        return f"none given; waiting at most {DEFAULT_PREEMPTION_DEADLINE_S:.0f} s"
+    return f"in {deadline_ms / 1000 - time.time():.1f} s"
+
+
 def _ensure_ray() -> None:
     """Connect to ``RAY_ADDRESS``, or start a local Ray that also has validation slots."""
     import ray
@@ -281,6 +322,11 @@ def _ensure_ray() -> None:
 
 class RayController(BaseController):
     """Runs the workers as Ray actors."""
+
+    def _retries_preemption_in_place(self) -> bool:
+        """A new worker group is placed off the preempted nodes: Ray schedules nothing new
+        on a draining node."""
+        return True
 
     def _run_attempt(self) -> None:
         import ray
@@ -355,6 +401,8 @@ class RayController(BaseController):
         by_rank = {w.rank: w for w in group.workers}
         pending = {w.actor.poll.remote(POLL_TIMEOUT_S): w.rank for w in group.workers}
         finished: set[int] = set()
+        #: Preempted ranks whose worker went away while the survivors carry on.
+        gone: set[int] = set()
         try:
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=30.0)
@@ -364,6 +412,19 @@ class RayController(BaseController):
                         events = ray.get(ref)
                     except (RayActorError, GetTimeoutError) as exc:
                         w = by_rank[rank]
+                        notice = self._notice(group)
+                        if notice is not None and rank in notice.preempted_ranks:
+                            # the preempted node went away: the notice's end, not a failure
+                            logger.warning(
+                                "Worker rank %d on preempted Ray node %s is gone", rank, w.node_id
+                            )
+                            required = self.coordinator.required_ranks
+                            if required is None or rank in required:
+                                raise PreemptionStop(notice) from exc
+                            # relaxed collectives: the survivors may still commit without it
+                            gone.add(rank)
+                            self._watch_preemption(group)
+                            continue
                         raise WorkerFailure(
                             f"worker rank {rank} (pid {w.pid} on {w.ip}) died: "
                             f"{str(exc).splitlines()[0]}",
@@ -377,6 +438,10 @@ class RayController(BaseController):
                     self._watch_preemption(group)
                     if rank not in finished:
                         pending[by_rank[rank].actor.poll.remote(POLL_TIMEOUT_S)] = rank
+            if gone:  # the survivors returned: the attempt ends as the preemption's
+                notice = self._notice(group)
+                assert notice is not None
+                raise PreemptionStop(notice)
         except WorkerFailure as exc:
             self._salvage(pending, group, finished, exclude=exc.rank)
             raise
@@ -384,7 +449,9 @@ class RayController(BaseController):
     def _watch_preemption(self, group: Any) -> None:
         """Keep the coordinator's view of drained Ray nodes current (at most once a second,
         as Ray Train's watcher polls ``get_draining_nodes()``), and stop the attempt once
-        the train function was told of a preemption and a checkpoint was committed since."""
+        the train function was told of a preemption and a checkpoint was committed since,
+        or once the notice's deadline (plus ``FailureConfig.preemption_grace_s``) passed,
+        as Ray Train's controller does (``drain_timed_out``)."""
         now = time.monotonic()
         if now - self._drain_polled >= 1.0:
             self._drain_polled = now
@@ -395,9 +462,68 @@ class RayController(BaseController):
                 logger.debug("get_draining_nodes failed: %s", exc)
             else:
                 self.coordinator.drained_nodes = {n: d for n, d in draining.items() if n in nodes}
+        notice = self._notice(group)
+        if notice is None:
+            return
         if self.coordinator.preempted_and_committed():
-            assert self.coordinator.preemption_notice is not None
-            raise PreemptionStop(self.coordinator.preemption_notice)
+            raise PreemptionStop(notice)
+        failure_config = self.spec.run.failure_config
+        assert failure_config is not None
+        if self._notice_seen_at is None:
+            self._notice_seen_at = time.time()
+            logger.warning(
+                "Preemption notice for ranks %s on Ray nodes %s (deadline %s)",
+                notice.preempted_ranks,
+                ", ".join(notice.preempted_node_ids),
+                _deadline_text(notice.deadline_ms),
+            )
+        if failure_config.relax_collectives_on_preemption:
+            self._relax_collectives(notice)
+            if self.coordinator.preempted_and_committed():
+                raise PreemptionStop(notice)
+        grace_s = failure_config.preemption_grace_s
+        deadline_s = (
+            notice.deadline_ms / 1000
+            if notice.deadline_ms is not None
+            else self._notice_seen_at + DEFAULT_PREEMPTION_DEADLINE_S
+        )
+        if time.time() >= deadline_s + grace_s:
+            raise PreemptionStop(notice, drain_timed_out=True)
+
+    def _relax_collectives(self, notice: PreemptionInfo) -> None:
+        """``FailureConfig.relax_collectives_on_preemption``: report rounds and collectives
+        stop waiting for the preempted ranks (once per set of preempted ranks)."""
+        relaxed = self.coordinator.relaxed_notice
+        if relaxed is not None and set(notice.preempted_ranks) <= set(relaxed.preempted_ranks):
+            return
+        if self._relax_refused == notice.preempted_ranks:
+            return
+        surviving = self.coordinator.relax_for(notice)
+        if surviving is None:
+            self._relax_refused = notice.preempted_ranks
+            logger.info(
+                "Rank 0 is being preempted (preempted ranks %s), so "
+                "relax_collectives_on_preemption is ignored",
+                notice.preempted_ranks,
+            )
+            return
+        logger.warning(
+            "Preemption of ranks %s: report() rounds and collectives now complete with "
+            "ranks %s only (relax_collectives_on_preemption)",
+            notice.preempted_ranks,
+            surviving,
+        )
+
+    def _notice(self, group: Any) -> PreemptionInfo | None:
+        """This attempt's preemption notice: what ``get_preemption_info()`` answered (the
+        ranks' own SIGTERMs included) and the drained Ray nodes of this group, as one."""
+        told = self.coordinator.preemption_notice
+        drained = self.coordinator.drained_nodes
+        if not drained:  # the usual case, checked after every batch of events
+            return told
+        # the ranks as get_preemption_info()'s merge sees them, none with a SIGTERM of its own
+        ranks = {w.rank: (w.node_id, False, None) for w in group.workers}
+        return combine(told, merge(ranks, drained))
 
     def _salvage(
         self, pending: dict[Any, int], group: Any, finished: set[int], exclude: int | None

@@ -42,7 +42,7 @@ from trainer_runtime.errors import (
     UserConfigError,
     WorkerFailure,
 )
-from trainer_runtime.preemption import PREEMPTION_CALLER, PreemptionInfo, merge
+from trainer_runtime.preemption import PREEMPTION_CALLER, PreemptionInfo, combine, merge
 from trainer_runtime.storage import Storage
 from trainer_runtime.storage.base import (
     StoredFile,
@@ -66,8 +66,10 @@ class _Round:
     def checkpoint_uri(self) -> str | None:
         return next((r.checkpoint_uri for r in self.reports.values() if r.checkpoint_uri), None)
 
-    def complete(self, world_size: int) -> bool:
-        if len(self.reports) < world_size:
+    def complete(self, required: set[int]) -> bool:
+        """Every required rank reported, and every rank that reported a checkpoint (required
+        or not) finished storing it: a round never commits with a shard half-written."""
+        if not required <= self.reports.keys():
             return False
         need = {rank for rank, r in self.reports.items() if r.checkpoint_uri}
         return need <= self.uploaded
@@ -171,6 +173,13 @@ class RunCoordinator:
         #: checkpoint when it was given (the controller stops once a newer one is committed).
         self.preemption_notice: PreemptionInfo | None = None
         self.latest_at_notice: Any = None
+        #: ``FailureConfig.relax_collectives_on_preemption`` in effect: the ranks that report
+        #: rounds and collectives wait for (the survivors); None: every rank.
+        self.required_ranks: set[int] | None = None
+        #: The notice the collectives were relaxed for (what answers without them include).
+        self.relaxed_notice: PreemptionInfo | None = None
+        #: Collectives answered without some ranks (seq -> answer), for those arriving late.
+        self._answered: dict[int, Any] = {}
 
     # -- attempts -------------------------------------------------------------------------
     def begin_attempt(self, world_size: int) -> int:
@@ -183,7 +192,41 @@ class RunCoordinator:
             self._queries.clear()
             self._collectives.clear()
             self._finished.clear()
+            # A notice belongs to the worker group that got it: the next group runs elsewhere.
+            self.drained_nodes = {}
+            self.preemption_notice = None
+            self.latest_at_notice = None
+            self.required_ranks = None
+            self.relaxed_notice = None
+            self._answered.clear()
             return self._cursor
+
+    def relax_for(self, notice: PreemptionInfo) -> list[int] | None:
+        """Let report rounds and collectives complete without the ranks ``notice`` names
+        (``FailureConfig.relax_collectives_on_preemption``, as Ray Train 2.60 narrows its
+        barriers), so the survivors can commit a checkpoint while the preempted ranks are
+        gone or stuck. Returns the surviving ranks; None (nothing relaxed) when rank 0 is
+        preempted (it writes the metrics and the collectives' answers) or no rank survives.
+
+        A preempted rank that did report a checkpoint is still waited for (its shard is
+        never committed half-written); what it reports after its round committed is
+        dropped, and ``get_preemption_info()`` answered without it still names it."""
+        with self.lock:
+            surviving = set(range(self.world_size)) - set(notice.preempted_ranks)
+            if 0 not in surviving:
+                return None
+            self.required_ranks = surviving
+            self.relaxed_notice = combine(self.relaxed_notice, notice)
+            for seq in sorted(self._collectives):
+                self._answer_collective(seq)
+            self._commit_ready()
+            return sorted(surviving)
+
+    @property
+    def _required(self) -> set[int]:
+        if self.required_ranks is not None:
+            return self.required_ranks
+        return set(range(self.world_size))
 
     def abandon_attempt(self) -> list[str]:
         """Forget the failed group's unfinished rounds; returns their checkpoint folders.
@@ -213,6 +256,8 @@ class RunCoordinator:
     def handle(self, event: Event) -> None:
         """Apply one event. Raises WorkerFailure / UserConfigError on failures."""
         with self.lock:
+            if self._stale(event):
+                return
             if isinstance(event, ReportEvent):
                 self._on_report(event)
             elif isinstance(event, UploadDoneEvent):
@@ -248,6 +293,22 @@ class RunCoordinator:
                     permanent=event.config_error,
                 )
 
+    def _stale(self, event: Event) -> bool:
+        """A report or upload of a round already committed without this rank (relaxed
+        collectives): dropped."""
+        if self.required_ranks is None or not isinstance(event, (ReportEvent, UploadDoneEvent)):
+            return False
+        if event.round >= self._cursor:
+            return False
+        logger.warning(
+            "Dropping rank %d's %s of report round %d: the round was committed without it "
+            "(relax_collectives_on_preemption)",
+            event.rank,
+            "report" if isinstance(event, ReportEvent) else "upload",
+            event.round,
+        )
+        return True
+
     # -- requests: collectives and get_all_reported_checkpoints() ----------------------------
     def _send(self, rank: int, request_id: int, value: Any) -> None:
         if self.reply is None:
@@ -259,19 +320,15 @@ class RunCoordinator:
     def _on_request(self, event: RequestEvent) -> None:
         if event.kind == "collective":
             seq, caller, data = event.payload
+            if seq in self._answered:  # answered without this rank (relaxed collectives)
+                self._send(event.rank, event.request_id, self._answered[seq])
+                return
             collective = self._collectives.setdefault(seq, _Collective(caller))
             collective.arrived[event.rank] = event.request_id
             if event.rank == 0:
                 collective.data = data
             collective.gathered[event.rank] = data
-            if len(collective.arrived) == self.world_size:
-                del self._collectives[seq]
-                answer = collective.data
-                if caller == PREEMPTION_CALLER:
-                    answer = self._preemption_answer(collective.gathered)
-                for rank, request_id in sorted(collective.arrived.items()):
-                    self._send(rank, request_id, answer)
-            else:
+            if not self._answer_collective(seq):
                 self._check_stranded()
         elif event.kind == "reported_checkpoints":
             until_round, mode, timeout_s = event.payload
@@ -284,10 +341,25 @@ class RunCoordinator:
         else:  # pragma: no cover - the session sends only the kinds above
             raise UserConfigError(f"unknown request {event.kind!r} from rank {event.rank}")
 
+    def _answer_collective(self, seq: int) -> bool:
+        """Answer collective ``seq`` if every required rank is in it; whether it was."""
+        collective = self._collectives[seq]
+        if not self._required <= collective.arrived.keys():
+            return False
+        del self._collectives[seq]
+        answer = collective.data
+        if collective.caller == PREEMPTION_CALLER:
+            answer = self._preemption_answer(collective.gathered)
+        if len(collective.arrived) < self.world_size:
+            self._answered[seq] = answer
+        for rank, request_id in sorted(collective.arrived.items()):
+            self._send(rank, request_id, answer)
+        return True
+
     def _preemption_answer(self, gathered: dict[int, Any]) -> PreemptionInfo | None:
         """``get_preemption_info()``'s one answer for every rank: the ranks' own notices
         (SIGTERM) and the drained Ray nodes of this worker group."""
-        info = merge(gathered, self.drained_nodes)
+        info = combine(merge(gathered, self.drained_nodes), self.relaxed_notice)
         if info is not None and self.preemption_notice is None:
             self.preemption_notice = info
             self.latest_at_notice = self.manager.latest
@@ -395,7 +467,7 @@ class RunCoordinator:
     def _commit_ready(self) -> None:
         while True:
             rnd = self._rounds.get(self._cursor)
-            if rnd is None or not rnd.complete(self.world_size):
+            if rnd is None or not rnd.complete(self._required):
                 return
             self.manager.note_round(rnd.index)
             record = None

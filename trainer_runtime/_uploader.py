@@ -6,11 +6,16 @@ run one after another, so checkpoints are stored in report order. After a
 failure every later upload is dropped (a later checkpoint must not be
 committed before an earlier one) and the error is raised by the next
 ``raise_if_failed()``, i.e. at the next ``report()`` or when the run ends.
+
+The uploader thread runs at a lower CPU priority (``TRAINJOB_UPLOAD_NICE``, default 10 nice
+levels; the threads it starts inherit it): where an upload and the training step compete
+for a core, the step wins and the upload takes the idle time.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import shutil
 import threading
@@ -25,6 +30,35 @@ from trainer_runtime.storage import Storage, TransferStats
 from trainer_runtime.storage.base import UploadCheck, describe_error
 
 logger = logging.getLogger(__name__)
+
+#: Nice levels the uploader thread adds to its own (0: the process's priority).
+UPLOAD_NICE_ENV = "TRAINJOB_UPLOAD_NICE"
+DEFAULT_UPLOAD_NICE = 10
+
+
+def lower_thread_priority(levels: int) -> int | None:
+    """Add ``levels`` nice levels (up to 19) to the calling thread, and so to the threads it
+    starts from now on (Linux: nice is per thread). Returns the new nice value; None where
+    the platform has no per-thread priority or refused."""
+    if levels <= 0 or not hasattr(os, "setpriority"):
+        return None
+    try:
+        tid = threading.get_native_id()
+        nice = min(19, os.getpriority(os.PRIO_PROCESS, tid) + levels)
+        os.setpriority(os.PRIO_PROCESS, tid, nice)
+        return nice
+    except OSError as exc:  # a sandbox without setpriority: run at the process's priority
+        logger.debug("cannot lower the uploader's priority: %s", exc)
+        return None
+
+
+def _upload_nice() -> int:
+    raw = os.environ.get(UPLOAD_NICE_ENV, "")
+    try:
+        return int(raw) if raw else DEFAULT_UPLOAD_NICE
+    except ValueError:
+        logger.warning("Ignoring %s=%r (not an integer)", UPLOAD_NICE_ENV, raw)
+        return DEFAULT_UPLOAD_NICE
 
 
 @dataclass
@@ -133,6 +167,7 @@ class AsyncUploader:
         self._thread.join()
 
     def _loop(self) -> None:
+        lower_thread_priority(_upload_nice())
         while True:
             job = self._queue.get()
             try:

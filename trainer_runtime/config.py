@@ -260,10 +260,17 @@ class FailureConfig:
     max_failures: int = 0
     restart_backoff_s: float = 2.0
     max_restart_backoff_s: float = 60.0
-    #: Ray Train 2.60's preemption fields, accepted and checked. A preemption ends
-    #: ``fit()`` with :class:`PreemptionError` once the last checkpoint is committed (the
-    #: process or node is going away); the restart is the operator's (a disruption is not
-    #: counted against ``failure.maxRestarts``), so these do not change what happens yet.
+    #: Ray Train 2.60's preemption fields. With Ray workers a preemption (a drained Ray
+    #: node, or a worker's SIGTERM) ends the attempt once the train function committed a
+    #: checkpoint after the notice, or once the notice's deadline plus
+    #: ``preemption_grace_s`` passed; the worker group then restarts from the latest
+    #: checkpoint on other nodes, up to ``max_preemption_failures`` times (-1: always),
+    #: not counted against ``max_failures``. Past that, and always in local mode (the
+    #: process itself is going away), ``fit()`` raises :class:`PreemptionError`.
+    #: ``relax_collectives_on_preemption``: once a preemption is noticed, report rounds and
+    #: collectives complete with the surviving ranks only, so rank 0 can commit a last
+    #: checkpoint without workers that were reclaimed or hang (no effect when rank 0 itself
+    #: is preempted; a preempted rank's checkpoint upload under way is still waited for).
     max_preemption_failures: int = -1
     relax_collectives_on_preemption: bool = False
     preemption_grace_s: float = 0.0
@@ -300,6 +307,10 @@ class FailureConfig:
     def allows(self, failures: int) -> bool:
         """Whether a run that has seen ``failures`` failures may restart once more."""
         return self.max_failures == -1 or failures <= self.max_failures
+
+    def allows_preemption(self, preemptions: int) -> bool:
+        """Whether a run preempted ``preemptions`` times may restart in place once more."""
+        return self.max_preemption_failures == -1 or preemptions <= self.max_preemption_failures
 
     def backoff_s(self, failures_in_a_row: int) -> float:
         """Seconds to wait before restarting after the n-th failure in a row (n >= 1)."""

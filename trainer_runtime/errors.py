@@ -82,10 +82,14 @@ class ControllerError(TrainingFailedError):
 class PreemptionError(TrainingFailedError):
     """Training stopped because of a preemption (``ray.train.PreemptionError``).
 
-    Raised by ``fit()`` once the train function was told of the preemption
+    The attempt ends once the train function was told of the preemption
     (:func:`trainer_runtime.get_preemption_info`) and a checkpoint reported after that was
-    committed, or when the notice's deadline passed first (``drain_timed_out``). The next
-    run with the same ``storage_path`` and ``name`` resumes from ``result.checkpoint``.
+    committed, when a worker on the preempted node is gone, or when the notice's deadline
+    plus ``FailureConfig.preemption_grace_s`` passed first (``drain_timed_out``). With Ray
+    workers the worker group then restarts in place, up to
+    ``FailureConfig.max_preemption_failures`` times; ``fit()`` raises this past that budget,
+    and always in local mode. The next run with the same ``storage_path`` and ``name``
+    resumes from ``result.checkpoint``.
     """
 
     def __init__(

@@ -147,6 +147,19 @@ def merge(reports: dict[int, Any], drained: dict[str, int] | None = None) -> Pre
     )
 
 
+def combine(a: PreemptionInfo | None, b: PreemptionInfo | None) -> PreemptionInfo | None:
+    """Two notices as one: every preempted node with its ranks, the earliest deadline (Ray
+    Train's ``merge_preemption_info``)."""
+    if a is None or b is None:
+        return a or b
+    nodes = {
+        n: sorted(set(a.preempted_node_to_ranks.get(n, [])) | set(r))
+        for n, r in b.preempted_node_to_ranks.items()
+    }
+    merged = {**a.preempted_node_to_ranks, **nodes}
+    return PreemptionInfo(_earliest(a.deadline_ms, b.deadline_ms), dict(sorted(merged.items())))
+
+
 def _earliest(a: int | None, b: int | None) -> int | None:
     if a is None:
         return b

@@ -16,8 +16,10 @@ from trainer_runtime.storage import get_storage, pyarrow_filesystem, validate_st
 class Result:
     """The outcome of a run.
 
-    ``metrics``: rank 0's last reported metrics. ``checkpoint``: the latest
-    committed checkpoint. ``best_checkpoints``: the ``num_to_keep`` best checkpoints as
+    ``metrics``: the latest committed checkpoint's metrics (validation metrics merged
+    over them), None when no checkpoint was committed, as Ray Train 2.60; metrics-only
+    reports reach callbacks, not the Result. ``checkpoint``: the latest committed
+    checkpoint. ``best_checkpoints``: the ``num_to_keep`` best checkpoints as
     ``(Checkpoint, metrics)`` pairs in Ray Train's order, worst first (see
     :meth:`CheckpointManager.top_k`). ``checkpoints``: every kept checkpoint's record, with
     its validation status.

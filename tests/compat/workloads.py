@@ -236,3 +236,50 @@ def jax_train(config: dict[str, Any]) -> None:
         if rank == 0:
             checkpoint = train.Checkpoint.from_directory(_save(step, rank, False))
         train.report({"step": step, "value": value}, checkpoint=checkpoint)
+
+
+def preemptible_train(config: dict[str, Any]) -> None:
+    """Steps until told of a preemption (``get_preemption_info()`` every step, on every
+    rank), then saves one checkpoint (rank 0's) and steps on. Rank 1 writes its Ray node to
+    ``ready_file`` after two steps (the scenario then drains that node). Started from a
+    checkpoint it reports where it starts, writes its node and that step to
+    ``<resumed_dir>/rank<N>`` (JSON) and returns.
+
+    ``told_file``: rank 1 hangs once it wrote ``ready_file`` (a worker stuck, then reclaimed,
+    before its next collective); a rank told of the preemption writes its node to
+    ``told_file`` and waits ``survivor_delay_s`` (the scenario removes rank 1's node
+    meanwhile) before reporting the checkpoint."""
+    import time
+
+    import ray
+
+    train = api(config)
+    rank = train.get_context().get_world_rank()
+    node = ray.get_runtime_context().get_node_id()
+    checkpoint = train.get_checkpoint()
+    if checkpoint is not None:
+        start = int(read_step(checkpoint) or 0) + 1
+        resumed = {"node": node, "start": start}
+        (Path(config["resumed_dir"]) / f"rank{rank}").write_text(json.dumps(resumed))
+        train.report({"start": start})
+        return
+    saved = False
+    for step in range(1_000_000):
+        info = train.get_preemption_info()
+        if info is not None and not saved:
+            if config.get("told_file"):
+                Path(config["told_file"]).write_text(node)
+                time.sleep(config["survivor_delay_s"])
+            folder = _save(step, rank, shards=False)
+            train.report(
+                {"step": step, "preempted_ranks": list(info.preempted_ranks)},
+                checkpoint=train.Checkpoint.from_directory(folder) if rank == 0 else None,
+            )
+            saved = True
+            continue
+        if step == 2 and rank == 1:
+            Path(config["ready_file"]).write_text(node)
+            if config.get("told_file"):
+                time.sleep(3600)
+        train.report({"step": step})
+        time.sleep(0.05)

@@ -2,10 +2,15 @@
 
 Runs :func:`preemptible_train` (local mode with ``num_workers`` 0, else Ray workers on a
 local Ray) and prints one JSON line: how ``fit()`` ended and the committed checkpoints.
+
+``Result.metrics`` is the latest checkpoint's metrics, as in Ray Train 2.60; what a run
+reported last (a resumed run's ``{"start": ...}``, without a checkpoint) is seen through a
+:class:`LastReport` callback.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -13,36 +18,74 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import trainer_runtime as tr
-from trainer_runtime import DataParallelTrainer, PreemptionError, RunConfig, ScalingConfig
+from trainer_runtime import (
+    DataParallelTrainer,
+    PreemptionError,
+    RunConfig,
+    ScalingConfig,
+    UserCallback,
+)
 from trainer_runtime.preemption import node_id
+
+
+class LastReport(UserCallback):
+    """Rank 0's metrics of the last report round (``after_report``, on the driver)."""
+
+    def __init__(self) -> None:
+        self.metrics: dict[str, Any] | None = None
+
+    def after_report(self, run_context: Any, metrics: Any, checkpoint: Any) -> None:
+        self.metrics = dict(metrics[0])
 
 
 def preemptible_train(config: dict[str, Any]) -> None:
     """Steps forever; rank ``signal_rank`` writes its pid and node to ``ready_file`` after
     two steps (the test then sends SIGTERM or drains the node). On a preemption notice
-    every rank saves one checkpoint; with ``resume`` it only records where it starts."""
+    every rank saves one checkpoint. Started from a checkpoint (a new run, or the worker
+    group restarted in place), it only reports where it starts and returns; each rank then
+    writes its Ray node to ``<resumed_dir>/rank<N>`` when ``resumed_dir`` is set.
+
+    ``ignore_notice``: never asks for notices, and saves one checkpoint at step 1 instead
+    (the attempt then ends at the notice's deadline)."""
     rank = tr.get_context().get_world_rank()
     start = 0
     if (ckpt := tr.get_checkpoint()) is not None:
         with ckpt.as_directory() as d:
             start = json.loads(Path(d, "state.json").read_text())["step"] + 1
-    if config.get("resume"):
+        if config.get("resumed_dir"):
+            Path(config["resumed_dir"], f"rank{rank}").write_text(node_id())
         tr.report({"start": start})
         return
     saved = False
     for step in range(start, 1_000_000):
-        info = tr.get_preemption_info()
+        if config.get("ignore_notice"):
+            if step == 1:
+                d = tempfile.mkdtemp()
+                if rank == 0:
+                    Path(d, "state.json").write_text(json.dumps({"step": step}))
+                tr.report({"step": step}, checkpoint=tr.Checkpoint.from_directory(d))
+                saved = True
+                continue
+            info = None
+        else:
+            info = tr.get_preemption_info()
         if info is not None and not saved:
             d = tempfile.mkdtemp()
             if rank == 0:
                 Path(d, "state.json").write_text(json.dumps({"step": step}))
             Path(d, f"rank{rank}.txt").write_text(str(info.preempted_ranks))
             tr.report(
-                {"step": step, "preempted_ranks": info.preempted_ranks, "final": True},
+                {
+                    "step": step,
+                    "preempted_ranks": info.preempted_ranks,
+                    "deadline_ms": info.deadline_ms,
+                    "final": True,
+                },
                 checkpoint=tr.Checkpoint.from_directory(d),
             )
             saved = True
@@ -56,31 +99,62 @@ def preemptible_train(config: dict[str, Any]) -> None:
 # ------------------------------------------------- multi-node scenarios (drain, node process)
 
 
-def spread_trainer(storage: Path, config: dict[str, Any]) -> DataParallelTrainer:
+def spread_trainer(
+    storage: Path,
+    config: dict[str, Any],
+    failure: tr.FailureConfig | None = None,
+    callbacks: list[Any] | None = None,
+) -> DataParallelTrainer:
     """Two workers of :func:`preemptible_train` on two different Ray nodes."""
     return DataParallelTrainer(
         preemptible_train,
         train_loop_config=config,
         scaling_config=ScalingConfig(num_workers=2, placement_strategy="SPREAD"),
-        run_config=RunConfig(name="run", storage_path=str(storage)),
+        run_config=RunConfig(
+            name="run",
+            storage_path=str(storage),
+            failure_config=failure,
+            callbacks=callbacks or [],
+        ),
     )
 
 
 class BackgroundFit:
-    """``spread_trainer(...).fit()`` in a thread, rank 1 writing ``ready`` once running."""
+    """``spread_trainer(...).fit()`` in a thread, rank 1 writing ``ready`` once running.
 
-    def __init__(self, storage: Path, ready: Path) -> None:
-        self.ready = ready
+    ``workdir``: where the ready file, the run folder (``runs``) and the resumed ranks'
+    nodes (``resumed``) go. ``failure``: the run's FailureConfig (Ray Train's defaults:
+    a preemption restarts the worker group in place, any number of times)."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        failure: tr.FailureConfig | None = None,
+        ignore_notice: bool = False,
+    ) -> None:
+        self.ready = workdir / "ready"
+        self.storage = workdir / "runs"
+        self.resumed_dir = workdir / "resumed"
+        self.resumed_dir.mkdir(parents=True, exist_ok=True)
         self.outcome: list[BaseException] = []
-        config = {"ready_file": str(ready), "signal_rank": 1}
-        self.thread = threading.Thread(target=self._fit, args=(storage, config))
+        self.result: tr.Result | None = None
+        self.last_report = LastReport()
+        self.ended_at: float | None = None
+        config = {
+            "ready_file": str(self.ready),
+            "signal_rank": 1,
+            "resumed_dir": str(self.resumed_dir),
+            "ignore_notice": ignore_notice,
+        }
+        self.thread = threading.Thread(target=self._fit, args=(config, failure))
         self.thread.start()
 
-    def _fit(self, storage: Path, config: dict[str, Any]) -> None:
+    def _fit(self, config: dict[str, Any], failure: tr.FailureConfig | None) -> None:
         try:
-            spread_trainer(storage, config).fit()
+            self.result = spread_trainer(self.storage, config, failure, [self.last_report]).fit()
         except BaseException as exc:  # noqa: BLE001 - reported by describe()
             self.outcome.append(exc)
+        self.ended_at = time.time()
 
     def node_of_rank_1(self) -> str:
         """Wait until rank 1 has run two steps; the Ray node id it runs on."""
@@ -91,27 +165,94 @@ class BackgroundFit:
         return str(json.loads(self.ready.read_text())["node"])
 
     def describe(self) -> dict[str, Any]:
-        """How ``fit()`` ended: the exception names and, for a ``PreemptionError``, its
-        notice and the result's checkpoint and metrics."""
-        out: dict[str, Any] = {"outcomes": [type(exc).__name__ for exc in self.outcome]}
+        """How ``fit()`` ended: the exception names; for a ``PreemptionError`` its notice;
+        the result's checkpoint and metrics (``result_metrics``: the latest checkpoint's);
+        rank 0's last reported metrics (``metrics``); the committed checkpoints' metrics,
+        oldest first; the Ray nodes of the ranks that resumed (rank -> node id)."""
+        out: dict[str, Any] = {
+            "outcomes": [type(exc).__name__ for exc in self.outcome],
+            "ended_at_ms": None if self.ended_at is None else int(self.ended_at * 1000),
+        }
         error = self.outcome[0] if self.outcome else None
-        if not isinstance(error, PreemptionError):
+        result = self.result
+        if isinstance(error, PreemptionError):
+            info = error.preemption_info
+            out["preempted_node_ids"] = info.preempted_node_ids
+            out["preempted_ranks"] = info.preempted_ranks
+            out["deadline_ms"] = info.deadline_ms
+            out["drain_timed_out"] = error.drain_timed_out
+            result = error.result
+        elif error is not None or result is None:
             out["error"] = repr(error)
             return out
-        info = error.preemption_info
-        out["preempted_node_ids"] = info.preempted_node_ids
-        out["preempted_ranks"] = info.preempted_ranks
-        out["deadline_ms"] = info.deadline_ms
-        result = error.result
         checkpoint = None if result is None else result.checkpoint
         out["checkpoint"] = None if checkpoint is None else checkpoint.path
-        out["metrics"] = None if result is None else result.metrics
+        out["result_metrics"] = None if result is None else result.metrics
+        out["metrics"] = self.last_report.metrics
+        stored = tr.Result.from_path(self.storage / "run")
+        out["committed"] = [dict(m) for _, m in sorted(stored.best_checkpoints, key=_step)]
+        out["resumed_nodes"] = {
+            int(p.name.removeprefix("rank")): p.read_text() for p in self.resumed_dir.iterdir()
+        }
         return out
+
+
+def _step(pair: tuple[Any, dict[str, Any]]) -> int:
+    return int(pair[1].get("step", -1))
 
 
 def resumed_metrics(storage: Path) -> dict[str, Any]:
     """A new run with the same storage: the metrics it reports (where it started)."""
-    return dict(spread_trainer(storage, {"resume": True, "signal_rank": 0}).fit().metrics)
+    last = LastReport()
+    spread_trainer(storage, {"signal_rank": 0}, callbacks=[last]).fit()
+    assert last.metrics is not None
+    return last.metrics
+
+
+@contextlib.contextmanager
+def spare_node_cluster() -> Iterator[tuple[Any, list[Any]]]:
+    """A Ray cluster of this process's own (``ray.cluster_utils.Cluster``): a head without
+    CPUs and three one-CPU nodes, two for a job's workers and one spare; this process is its
+    driver. Yields the cluster and its three nodes; shut down on exit."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False}
+    )
+    try:
+        nodes = [cluster.add_node(num_cpus=1) for _ in range(3)]
+        ray.init(address=cluster.address)
+        cluster.wait_for_nodes()
+        yield cluster, nodes
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def drain_for_preemption(node_id: str, deadline_ms: int) -> None:
+    """Drain a Ray node through the GCS as a cloud's preemption notice does (reason
+    preemption, the given deadline); ``node_id`` in hex, as ``get_draining_nodes()`` names it."""
+    import ray
+    from ray._raylet import GcsClient
+    from ray.core.generated.autoscaler_pb2 import DrainNodeReason
+
+    gcs = GcsClient(address=ray.get_runtime_context().gcs_address)
+    accepted, why = gcs.drain_node(
+        node_id=node_id,
+        reason=DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"),
+        reason_message="spot reclaim (test)",
+        deadline_timestamp_ms=deadline_ms,
+    )
+    if not accepted:
+        raise RuntimeError(f"drain_node refused: {why}")
+
+
+def scenario_main(run: Callable[[Path], dict[str, Any]]) -> None:
+    """The ``main()`` of a scenario module: ``run(argv[1])``, printed as one ``RESULT`` line
+    (what :func:`run_scenario` reads)."""
+    print("RESULT " + json.dumps(run(Path(sys.argv[1]))), flush=True)
+    os._exit(0)  # a fit() thread still running must not keep the process alive
 
 
 def run_scenario(module: str, workdir: Path) -> dict[str, Any]:
@@ -138,16 +279,21 @@ def main() -> None:
         import ray
 
         ray.init(address="local", num_cpus=spec["num_workers"], include_dashboard=False)
+    failure = tr.FailureConfig(**spec.get("failure", {}))
+    last = LastReport()
     trainer = DataParallelTrainer(
         preemptible_train,
         train_loop_config=spec["config"],
         scaling_config=ScalingConfig(num_workers=spec["num_workers"]),
-        run_config=RunConfig(name="run", storage_path=spec["storage"]),
+        run_config=RunConfig(
+            name="run", storage_path=spec["storage"], failure_config=failure, callbacks=[last]
+        ),
     )
     out: dict[str, Any] = {}
     try:
         result = trainer.fit()
-        out["metrics"] = result.metrics
+        out["result_metrics"] = result.metrics
+        out["metrics"] = last.metrics
     except PreemptionError as exc:
         assert exc.result is not None
         out["preempted_ranks"] = exc.preemption_info.preempted_ranks

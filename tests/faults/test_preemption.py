@@ -1,8 +1,10 @@
 """Preemption notices with real processes: SIGTERM to the process running a worker (local
 mode, or a Ray worker actor's process) mid-run -> the train function sees
-``get_preemption_info()``, reports a final checkpoint, the runtime commits it and
-``fit()`` raises ``PreemptionError``; a new run with the same storage and name resumes
-from that checkpoint."""
+``get_preemption_info()``, reports a final checkpoint and the runtime commits it. In local
+mode, and with Ray workers when ``FailureConfig.max_preemption_failures`` is spent, ``fit()``
+then raises ``PreemptionError`` and a new run with the same storage and name resumes from
+that checkpoint; with Ray workers and Ray Train's default (-1) the worker group restarts in
+place from it and ``fit()`` succeeds."""
 
 from __future__ import annotations
 
@@ -21,8 +23,18 @@ from tests.conftest import REPO_ROOT
 from trainer_runtime import Result
 
 
-def _start(storage: Path, num_workers: int, config: dict[str, Any]) -> subprocess.Popen[str]:
-    spec = {"storage": str(storage), "num_workers": num_workers, "config": config}
+def _start(
+    storage: Path,
+    num_workers: int,
+    config: dict[str, Any],
+    failure: dict[str, Any] | None = None,
+) -> subprocess.Popen[str]:
+    spec = {
+        "storage": str(storage),
+        "num_workers": num_workers,
+        "config": config,
+        "failure": failure or {},
+    }
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "TRAINJOB_TERMINATION_GRACE_PERIOD_S": "600"}
     return subprocess.Popen(
         [sys.executable, "-m", "tests.faults.preemption_main", json.dumps(spec)],
@@ -51,14 +63,19 @@ def _wait_for_pid(ready: Path, proc: subprocess.Popen[str]) -> int:
     return int(json.loads(ready.read_text())["pid"])
 
 
-@pytest.mark.parametrize("num_workers", [0, 2], ids=["local", "ray-workers"])
+@pytest.mark.parametrize(
+    ("num_workers", "failure"),
+    [(0, {}), (2, {"max_preemption_failures": 0})],
+    ids=["local", "ray-workers-no-preemption-retries"],
+)
 def test_sigterm_mid_run_commits_a_final_checkpoint_and_the_next_run_resumes_from_it(
-    tmp_path: Path, num_workers: int
+    tmp_path: Path, num_workers: int, failure: dict[str, Any]
 ) -> None:
     storage = tmp_path / "runs"
     ready = tmp_path / "ready"
     signal_rank = 1 if num_workers else 0
-    proc = _start(storage, num_workers, {"ready_file": str(ready), "signal_rank": signal_rank})
+    config = {"ready_file": str(ready), "signal_rank": signal_rank}
+    proc = _start(storage, num_workers, config, failure)
     pid = _wait_for_pid(ready, proc)
     if num_workers:
         assert pid != proc.pid  # the Ray worker's process, not the driver
@@ -81,5 +98,27 @@ def test_sigterm_mid_run_commits_a_final_checkpoint_and_the_next_run_resumes_fro
     for rank in range(max(num_workers, 1)):
         assert (folder / f"rank{rank}.txt").exists()
 
-    resumed = _result(_start(storage, num_workers, {"resume": True, "signal_rank": 0}))
-    assert resumed["metrics"] == {"start": final_step + 1}
+    resumed = _result(_start(storage, num_workers, {"signal_rank": 0}))
+    assert resumed["metrics"] == {"start": final_step + 1}  # its last report
+    # Its Result.metrics: the latest checkpoint's (the final one), as in Ray Train 2.60.
+    assert resumed["result_metrics"] == preempted["metrics"]
+
+
+def test_sigterm_to_a_ray_worker_restarts_the_worker_group_in_place_from_the_final_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """Ray Train's default (``max_preemption_failures=-1``): the same ``fit()`` goes on."""
+    storage = tmp_path / "runs"
+    ready = tmp_path / "ready"
+    proc = _start(storage, 2, {"ready_file": str(ready), "signal_rank": 1})
+    os.kill(_wait_for_pid(ready, proc), signal.SIGTERM)
+    finished = _result(proc)
+
+    stored = Result.from_path(storage / "run")
+    assert stored.checkpoint is not None and stored.metrics["final"] is True
+    assert stored.metrics["preempted_ranks"] == [0, 1]  # one node: both ranks on it
+    # fit() returned: the restarted group started from the final checkpoint's next step
+    # (its last report); Result.metrics is the final checkpoint's, as in Ray Train 2.60.
+    assert finished["metrics"] == {"start": stored.metrics["step"] + 1}
+    assert finished["result_metrics"] == stored.metrics
+    assert "checkpoint" not in finished  # no PreemptionError

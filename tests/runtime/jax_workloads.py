@@ -2,7 +2,8 @@
 
 * ``collective_train``: every process contributes ``rank + 1`` to real cross-process
   collectives (``process_allgather`` and a ``pmap`` ``psum``) and writes what it saw, where it
-  ran and its TPU/MEGASCALE environment to ``config["out_dir"]/rank_<rank>.json``.
+  ran and its TPU/MEGASCALE environment to ``config["out_dir"]/rank_<rank>.json``; rank 0's
+  view is reported with a checkpoint (``Result.metrics``, as in Ray Train 2.60).
 * ``steps_train``: a resumable step loop whose parameters are a numpy array updated from a
   cross-process mean, checkpointed with ``np.save`` by rank 0 and logged per start.
 """
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 import trainer_runtime as tr
+from tests.runtime.workloads import report_with_checkpoint
 from trainer_runtime import Checkpoint
 
 #: Environment variables the TPU tests look at.
@@ -49,7 +51,8 @@ def worker_probe() -> dict[str, Any]:
 
 
 def collective_train(config: dict[str, Any]) -> None:
-    """Cross-process collectives; writes ``rank_<rank>.json`` and reports rank 0's view."""
+    """Cross-process collectives; writes ``rank_<rank>.json`` and reports rank 0's view with
+    a checkpoint (so it is ``Result.metrics``)."""
     import jax
     import jax.numpy as jnp
     from jax.experimental import multihost_utils
@@ -71,7 +74,7 @@ def collective_train(config: dict[str, Any]) -> None:
     }
     if config.get("out_dir"):
         Path(config["out_dir"], f"rank_{rank}.json").write_text(json.dumps(record))
-    tr.report(
+    report_with_checkpoint(
         {
             k: record[k]
             for k in ("rank", "process_count", "device_count", "platform", "gathered", "psum")

@@ -89,8 +89,12 @@ def test_numpy_checkpoint_and_resume_continue_the_steps(tmp_path: Path) -> None:
     ).fit()
     starts = sorted((e["rank"], e["start"]) for e in _log(log))
     assert starts == [(0, 0), (0, 4), (1, 0), (1, 4)]  # the second run continued at step 4
-    assert second.metrics == {"step": 6, "w": 10.5, "processes": 2}  # 7 steps in total
-    assert [r.name for r in second.checkpoints][-1] == "checkpoint_000005"  # step 5: (5+1) % 2
+    # Result.metrics: the latest checkpoint's (step 5: (5+1) % 2), after 6 steps in total.
+    assert second.metrics == {"step": 5, "w": 9.0, "processes": 2}
+    assert [r.name for r in second.checkpoints][-1] == "checkpoint_000005"
+    assert second.checkpoint is not None
+    with second.checkpoint.as_directory() as folder:
+        np.testing.assert_allclose(np.load(Path(folder) / "w.npy"), [9.0, 9.0, 9.0])
 
 
 def test_failed_worker_restarts_jax_distributed_from_the_checkpoint(tmp_path: Path) -> None:

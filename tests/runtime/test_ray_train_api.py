@@ -18,6 +18,7 @@ from tests.runtime.api_workloads import (
     slow_validate,
     upload_fn_train,
 )
+from tests.runtime.workloads import report_with_checkpoint
 from trainer_runtime import (
     CheckpointConfig,
     DataParallelTrainer,
@@ -264,13 +265,15 @@ def test_label_selector_places_workers_by_ray_node_labels(ray_cluster: Any, tmp_
 def _node_train() -> None:
     import ray
 
-    tr.report({"node": ray.get_runtime_context().get_node_id()})
+    report_with_checkpoint({"node": ray.get_runtime_context().get_node_id()})
 
 
 def _env_train() -> None:
     import os
 
-    tr.report({"a": os.environ.get("RUNTIME_ENV_A"), "b": os.environ.get("WORKER_ENV_B")})
+    report_with_checkpoint(
+        {"a": os.environ.get("RUNTIME_ENV_A"), "b": os.environ.get("WORKER_ENV_B")}
+    )
 
 
 @pytest.mark.ray

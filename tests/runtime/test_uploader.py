@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -83,3 +84,45 @@ def test_failure_is_raised_later_and_later_jobs_are_dropped(tmp_path: Path) -> N
     assert [r for r, _ in failed] == [1]
     assert (tmp_path / "src1").exists()  # the local copy of a failed upload is kept
     up.close()
+
+
+class PriorityRecordingStorage(LocalStorage):
+    """Real local storage that records the nice value of the uploading thread and of a
+    thread it starts (as the GCS and pyarrow backends start their file pools)."""
+
+    def __init__(self) -> None:
+        self.nice: list[int] = []
+
+    def upload_dir(self, local_dir: Path, dest_uri: str, **kwargs: Any) -> TransferStats:
+        self.nice.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        pool_thread = threading.Thread(
+            target=lambda: self.nice.append(
+                os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+            )
+        )
+        pool_thread.start()
+        pool_thread.join()
+        return super().upload_dir(local_dir, dest_uri, **kwargs)
+
+
+@pytest.mark.skipif(not hasattr(os, "setpriority"), reason="no per-thread priority")
+@pytest.mark.parametrize(("env", "added"), [(None, 10), ("3", 3), ("0", 0)])
+def test_uploads_run_at_a_lower_cpu_priority_than_the_training_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: str | None, added: int
+) -> None:
+    """The uploader thread (and the threads it starts) yield the core to the training step:
+    TRAINJOB_UPLOAD_NICE levels lower (default 10, capped at 19); the caller is untouched."""
+    if env is None:
+        monkeypatch.delenv("TRAINJOB_UPLOAD_NICE", raising=False)
+    else:
+        monkeypatch.setenv("TRAINJOB_UPLOAD_NICE", env)
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    storage = PriorityRecordingStorage()
+    up = AsyncUploader(storage, lambda j, s: None, lambda j, e: None)
+    up.submit(_job(tmp_path, 0))
+    up.drain()
+    up.close()
+    expected = min(19, mine + added)
+    assert storage.nice == [expected, expected]
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine
+    assert (tmp_path / "dest" / "c0" / "w").read_text() == "0"

@@ -36,6 +36,18 @@ def read_log(path: str | Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in p.read_text().splitlines() if line]
 
 
+def report_with_checkpoint(metrics: dict[str, Any]) -> None:
+    """``tr.report(metrics)`` with a one-file checkpoint from rank 0, so that rank 0's
+    ``metrics`` become ``Result.metrics``: as in Ray Train 2.60, a Result carries the latest
+    checkpoint's metrics, not those of a metrics-only report."""
+    checkpoint = None
+    if tr.get_context().get_world_rank() == 0:
+        folder = Path(tempfile.mkdtemp(prefix="ckpt_"))
+        (folder / "metrics.json").write_text(json.dumps(metrics))
+        checkpoint = Checkpoint.from_directory(folder)
+    tr.report(metrics, checkpoint=checkpoint)
+
+
 def counting_train(config: dict[str, Any]) -> None:
     """Count steps ``0..steps-1``, checkpointing every ``ckpt_every`` steps (all ranks)."""
     ctx = tr.get_context()
@@ -86,7 +98,8 @@ def counting_train(config: dict[str, Any]) -> None:
 
 
 def rendezvous_env_train() -> None:
-    """Report every rank's view of the process group and the env:// variables (rank 0)."""
+    """Report every rank's view of the process group and the env:// variables (rank 0's
+    report, with a checkpoint: ``Result.metrics``)."""
     import torch.distributed as dist
 
     mine = {
@@ -97,7 +110,7 @@ def rendezvous_env_train() -> None:
     }
     views: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(views, mine)
-    tr.report({"views": views})
+    report_with_checkpoint({"views": views})
 
 
 def ddp_train(config: dict[str, Any]) -> None:
