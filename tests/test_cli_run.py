@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO_ROOT
+from trainer_runtime.checkpoint import COMMIT_MARKER
 
 QUICKSTART = REPO_ROOT / "examples" / "quickstart.yaml"
 
@@ -145,3 +146,33 @@ def test_bad_manifests_exit_2_with_one_clear_line_and_start_nothing(
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, proc.stderr
     assert not (tmp_path / "storage").exists()  # nothing half-started
+
+
+@pytest.mark.ray
+def test_a_trainjob_stores_its_checkpoints_in_s3(tmp_path: Path, s3_server: Any) -> None:
+    """``spec.storage.path: s3://bucket/prefix`` (moto's S3 server; the endpoint and the
+    credentials come from the AWS_* environment, as a pod gets them from ``spec.env``): two
+    Ray workers commit their checkpoints, with the commit markers and the manifest, in the
+    bucket, and the status names them there."""
+    bucket = s3_server.new_bucket()
+    manifest = _manifest(tmp_path, storage={"path": f"s3://{bucket}/runs"})
+    out = tmp_path / "status.json"
+    proc = _trainjob("run", str(manifest), "--output", str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    status = json.loads(out.read_text())["status"]
+    assert status["phase"] == "Succeeded"
+    run = f"s3://{bucket}/runs/quickstart"
+    assert status["latestCheckpoint"]["path"] == f"{run}/checkpoint_000001"
+    import pyarrow.fs as pafs
+
+    stored = {
+        info.path.removeprefix(f"{bucket}/runs/quickstart/")
+        for info in s3_server.filesystem().get_file_info(
+            pafs.FileSelector(f"{bucket}/runs/quickstart", recursive=True)
+        )
+        if info.type == pafs.FileType.File
+    }
+    assert "checkpoint_manifest.json" in stored, stored
+    for name in ("checkpoint_000000", "checkpoint_000001"):
+        assert f"{name}/{COMMIT_MARKER}" in stored, stored
+        assert any(p.startswith(f"{name}/") and not p.endswith(COMMIT_MARKER) for p in stored)

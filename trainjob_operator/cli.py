@@ -121,7 +121,7 @@ def _add_run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--storage-path",
         default=None,
         metavar="PATH",
-        help="override spec.storage.path (an absolute path or gs://bucket/prefix)",
+        help="override spec.storage.path (an absolute path, gs://bucket/prefix or s3://bucket/prefix)",
     )
     parser.add_argument(
         "--output",

@@ -5,11 +5,17 @@ periodic timer per TrainJob (deadlines, TTL, validation pool idling, the
 driver's status updates), and changes of pods the operator manages (so pod
 phases are seen at once; a pod's creation is not one, see :func:`pod_event_triggers`).
 
+The timers are one :class:`TimerSchedule` for all TrainJobs (a heap of due times on kopf's
+event loop, fed by the TrainJob watch), not a ``kopf.timer`` per TrainJob: kopf keeps an
+asyncio task, its loggers and a live copy of the body for every timer, which was most of the
+operator's memory per TrainJob (``benchmarks/bench_operator.py``, issue 20).
+
 Cost control, so that hundreds of TrainJobs stay cheap: a trigger that finds
 a reconcile of the same TrainJob already waiting to start is dropped (the
 waiting one reads the state after it); and a timer tick reconciles only when
-the TrainJob changed since the last timer reconcile (its ``resourceVersion``:
-the driver's status updates, annotations), when the last plan asked to be
+the TrainJob changed since a reconcile last left it (its fingerprint, see
+:mod:`trainjob_operator.reconcile.fingerprint`: the driver's status updates,
+annotations; not the operator's own writes nor kopf's), when the last plan asked to be
 called back by now (a deadline, the TTL, a pool scale-down, a pod being
 replaced), or at least every ``resync_seconds`` as a safety net.
 
@@ -24,8 +30,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import datetime as dt
+import heapq
 import json
 import logging
 import sys
@@ -50,6 +58,7 @@ from trainjob_operator.leader import (
     run_with_leader_election,
 )
 from trainjob_operator.reconcile.apply import NAME_LABEL, Renderer, reconcile_trainjob
+from trainjob_operator.reconcile.fingerprint import trainjob_fingerprint
 
 logger = logging.getLogger("trainjob_operator")
 
@@ -57,6 +66,10 @@ MANAGED = {MANAGED_BY_LABEL: "trainjob-operator"}
 
 #: Longest a TrainJob goes without a reconcile when nothing happens to it.
 DEFAULT_RESYNC_SECONDS = 60.0
+#: Reconciles that run at once (kopf's synchronous handlers and the timer ticks). Each mostly
+#: waits for the API server; kopf's default pool, min(32, cores + 4), was 6 threads on 2 cores
+#: and the burst's throughput matched it (~0.18 s per reconcile; issue 20).
+HANDLER_THREADS = 16
 
 RECONCILES = Counter("trainjob_reconciles_total", "Reconcile runs", ["trigger"])
 SKIPPED = Counter(
@@ -116,6 +129,103 @@ class KeyedLocks:
             return len(self._locks)
 
 
+JobKey = tuple[str, str]
+
+
+class TimerSchedule:
+    """When each TrainJob's next timer tick is due: one heap for every TrainJob.
+
+    Used on kopf's event loop only (the TrainJob watch's handler and :func:`run_timers`), so it
+    needs no lock. A TrainJob's first tick is ``interval`` after it was first seen (its create
+    or resume handler reconciles it at once); the next is ``interval`` after the previous tick
+    finished, so ticks of one TrainJob never overlap (as with ``kopf.timer``).
+    """
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        #: the TrainJobs known from the watch, with their latest fingerprint
+        #: (:func:`~trainjob_operator.reconcile.fingerprint.trainjob_fingerprint`)
+        self._fingerprints: dict[JobKey, str | None] = {}
+        #: key -> when its next tick is due; absent while its tick runs
+        self._due: dict[JobKey, float] = {}
+        self._heap: list[tuple[float, JobKey]] = []
+
+    def __len__(self) -> int:
+        return len(self._fingerprints)
+
+    def _schedule(self, key: JobKey, at: float) -> None:
+        self._due[key] = at
+        heapq.heappush(self._heap, (at, key))
+
+    def observe(self, key: JobKey, fingerprint: str | None, now: float) -> None:
+        """A watch event of the TrainJob: remember its fingerprint; schedule it when new."""
+        if key not in self._fingerprints:
+            self._schedule(key, now + self.interval)
+        self._fingerprints[key] = fingerprint
+
+    def forget(self, key: JobKey) -> None:
+        """The TrainJob is gone or being deleted: no more ticks."""
+        self._fingerprints.pop(key, None)
+        self._due.pop(key, None)  # its heap entry is dropped when it comes up
+
+    def pop_due(self, now: float) -> list[tuple[JobKey, str | None]]:
+        """The TrainJobs whose tick is due, with their latest fingerprint; each is running until
+        :meth:`done`."""
+        due: list[tuple[JobKey, str | None]] = []
+        while self._heap and self._heap[0][0] <= now:
+            at, key = heapq.heappop(self._heap)
+            if self._due.get(key) != at:
+                continue  # forgotten, or rescheduled since
+            del self._due[key]
+            due.append((key, self._fingerprints.get(key)))
+        return due
+
+    def done(self, key: JobKey, now: float) -> None:
+        """The tick of ``key`` finished: the next one is due ``interval`` from now."""
+        if key in self._fingerprints and key not in self._due:
+            self._schedule(key, now + self.interval)
+
+    def sleep_time(self, now: float) -> float:
+        """How long until the next tick may be due (at most ``interval``, at most 1 s)."""
+        cap = min(self.interval, 1.0)
+        while self._heap and self._due.get(self._heap[0][1]) != self._heap[0][0]:
+            heapq.heappop(self._heap)  # a stale entry
+        if not self._heap:
+            return cap
+        return max(0.0, min(self._heap[0][0] - now, cap))
+
+
+async def run_timers(
+    operator: Operator, schedule: TimerSchedule, executor: concurrent.futures.Executor
+) -> None:
+    """Run the due timer ticks (:meth:`Operator.on_timer`) on ``executor`` until cancelled.
+
+    A tick that raises is logged; the TrainJob's next tick is an interval later (its
+    ``on_timer`` reconciles again then: a failed reconcile forgets what it had seen).
+    """
+    loop = asyncio.get_running_loop()
+
+    def finished(key: JobKey) -> Callable[[asyncio.Future[None]], None]:
+        def callback(future: asyncio.Future[None]) -> None:
+            error = None if future.cancelled() else future.exception()
+            if error is not None:
+                logger.warning(
+                    "timer reconcile failed: %s",
+                    error,
+                    exc_info=error,
+                    extra={"k8s_ref": {"namespace": key[0], "name": key[1]}},
+                )
+            schedule.done(key, loop.time())
+
+        return callback
+
+    while True:
+        for key, fingerprint in schedule.pop_due(loop.time()):
+            future = loop.run_in_executor(executor, operator.on_timer, key[0], key[1], fingerprint)
+            future.add_done_callback(finished(key))
+        await asyncio.sleep(schedule.sleep_time(loop.time()))
+
+
 class Operator:
     """Holds the API client and renderer the handlers share."""
 
@@ -135,21 +245,24 @@ class Operator:
         #: per TrainJob: (monotonic time its next timer reconcile is due, resourceVersion the
         #: last timer-triggered reconcile was started for)
         self._timer_state: dict[tuple[str, str], tuple[float, str | None]] = {}
+        #: the pool the handlers run reconciles on (kopf's, set by :func:`run_operator`; None:
+        #: the event loop's default)
+        self.executor: concurrent.futures.Executor | None = None
 
-    def on_timer(self, namespace: str, name: str, resource_version: str | None) -> None:
+    def on_timer(self, namespace: str, name: str, fingerprint: str | None) -> None:
         """A timer tick: reconcile only if the TrainJob changed, a callback is due, or the
         resync period passed (see the module docstring)."""
         key = (namespace, name)
         with self._lock:
-            due, seen_version = self._timer_state.get(key, (0.0, None))
-        unchanged = resource_version is not None and resource_version == seen_version
+            due, seen = self._timer_state.get(key, (0.0, None))
+        unchanged = fingerprint is not None and fingerprint == seen
         if unchanged and time.monotonic() < due:
             SKIPPED.labels("timer", "unchanged").inc()
             return
-        self.reconcile(namespace, name, "timer", resource_version=resource_version)
+        self.reconcile(namespace, name, "timer", fingerprint=fingerprint)
 
     def reconcile(
-        self, namespace: str, name: str, trigger: str, resource_version: str | None = None
+        self, namespace: str, name: str, trigger: str, fingerprint: str | None = None
     ) -> None:
         """Run one reconcile; errors are retried by kopf with backoff.
 
@@ -170,13 +283,13 @@ class Operator:
             with self._job_locks.hold(key):
                 with self._lock:
                     self._waiting.discard(key)
-                self._reconcile_locked(namespace, name, trigger, resource_version)
+                self._reconcile_locked(namespace, name, trigger, fingerprint)
         finally:
             with self._lock:
                 self._waiting.discard(key)
 
     def _reconcile_locked(
-        self, namespace: str, name: str, trigger: str, resource_version: str | None
+        self, namespace: str, name: str, trigger: str, fingerprint: str | None
     ) -> None:
         RECONCILES.labels(trigger).inc()
         key = (namespace, name)
@@ -200,10 +313,14 @@ class Operator:
                 wait = self.resync_seconds
                 if plan.requeue_after is not None:
                     wait = min(wait, plan.requeue_after)
-                _, seen_version = self._timer_state.get(key, (0.0, None))
+                # what the next tick compares with: the TrainJob as this reconcile left it
+                # (its own writes and kopf's bookkeeping are no change; issue 20)
+                _, seen = self._timer_state.get(key, (0.0, None))
                 if trigger == "timer":
-                    seen_version = resource_version
-                self._timer_state[key] = (started + wait, seen_version)
+                    seen = fingerprint
+                if plan.trainjob_after is not None:
+                    seen = trainjob_fingerprint(plan.trainjob_after)
+                self._timer_state[key] = (started + wait, seen)
             counts = collections.Counter(self._phases.values())
             for phase in Phase:
                 PHASES.labels(phase.value).set(counts[phase])
@@ -223,8 +340,10 @@ def pod_event_triggers(event_type: str | None) -> bool:
 
 def register(
     registry: kopf.OperatorRegistry, operator: Operator, timer_interval: float = 5.0
-) -> None:
-    """Register the handlers on ``registry``."""
+) -> TimerSchedule:
+    """Register the handlers on ``registry``; returns the timer schedule the TrainJob watch
+    feeds (:func:`run_timers` runs it)."""
+    schedule = TimerSchedule(timer_interval)
 
     def on_trainjob(trigger: str) -> Callable[..., None]:
         def handler(name: str, namespace: str, **_: Any) -> None:
@@ -232,22 +351,40 @@ def register(
 
         return handler
 
-    def on_timer(name: str, namespace: str | None, meta: Any, **_: Any) -> None:
-        # meta: kopf's latest view of the TrainJob from its watch (no API call)
-        version = meta.get("resourceVersion")
-        operator.on_timer(str(namespace or ""), name, str(version) if version else None)
+    async def on_trainjob_event(
+        name: str, namespace: str | None, meta: Any, body: Any, type: Any = None, **_: Any
+    ) -> None:
+        # Every watch event of a TrainJob (no API call, on the event loop): its latest
+        # fingerprint for the timer's "changed" check.
+        key = (str(namespace or ""), str(name))
+        if type == "DELETED" or meta.get("deletionTimestamp"):
+            schedule.forget(key)
+            return
+        schedule.observe(key, trainjob_fingerprint(body), asyncio.get_running_loop().time())
+
+    async def on_delete(**_: Any) -> None:
+        # Nothing to do (owner references delete the children); it keeps kopf's finalizer on
+        # TrainJobs, as the per-TrainJob kopf.timer did before (README: GitOps).
+        return None
 
     kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)(on_trainjob("create"))
     kopf.on.update(GROUP, VERSION, PLURAL, field="spec", registry=registry)(on_trainjob("update"))
     kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)(on_trainjob("resume"))
-    kopf.timer(GROUP, VERSION, PLURAL, interval=timer_interval, registry=registry)(on_timer)
+    kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)(on_trainjob_event)
+    kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry)(on_delete)
 
-    def on_pod(labels: Any, namespace: Any, type: Any = None, **_: Any) -> None:
+    async def on_pod(labels: Any, namespace: Any, type: Any = None, **_: Any) -> None:
+        # On the event loop: most pod events (their own ADDED) need nothing, and a synchronous
+        # handler would wait for a thread of the pool, behind the reconciles, holding the
+        # pod's body meanwhile (during a burst: thousands of them; issue 20).
         job = labels.get(NAME_LABEL)
         if job and namespace and pod_event_triggers(type):
-            operator.reconcile(str(namespace), str(job), "pod")
+            await asyncio.get_running_loop().run_in_executor(
+                operator.executor, operator.reconcile, str(namespace), str(job), "pod"
+            )
 
     kopf.on.event("", "v1", "pods", labels=MANAGED, registry=registry)(on_pod)
+    return schedule
 
 
 def configure(settings: kopf.OperatorSettings) -> None:
@@ -262,9 +399,6 @@ def configure(settings: kopf.OperatorSettings) -> None:
         prefix="trainjob.dev", key="last-handled-configuration"
     )
     settings.queueing.error_delays = [1, 2, 5, 10, 30]
-    # A TrainJob deleted from inside its own timer (ttlSecondsAfterFinished) still has that
-    # timer running when kopf sees the deletion; kopf keeps its finalizer until the timer
-    # exits and re-checks every cancellation_polling seconds (60 by default).
     settings.background.cancellation_polling = 2
 
 
@@ -331,7 +465,12 @@ def run_operator(
     operator = Operator(
         client or KubeClient(config), render or default_renderer(), resync_seconds=resync_seconds
     )
-    register(registry, operator, timer_interval)
+    schedule = register(registry, operator, timer_interval)
+    # kopf's synchronous handlers and the timer ticks share one pool.
+    executor = concurrent.futures.ThreadPoolExecutor(
+        HANDLER_THREADS, thread_name_prefix="trainjob-handler"
+    )
+    operator.executor = executor
 
     def login(**_: Any) -> kopf.ConnectionInfo:
         return kopf.ConnectionInfo(
@@ -348,19 +487,31 @@ def run_operator(
 
     def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure(settings)
+        settings.execution.executor = executor
 
     kopf.on.startup(registry=registry)(startup)
-    asyncio.run(
-        kopf.operator(
-            registry=registry,
-            standalone=True,
-            clusterwide=not namespaces,
-            namespaces=namespaces or [],
-            stop_flag=stop_flag,
-            ready_flag=ready_flag,
-            liveness_endpoint=liveness_endpoint,
-        )
-    )
+
+    async def main() -> None:
+        timers = asyncio.create_task(run_timers(operator, schedule, executor))
+        try:
+            await kopf.operator(
+                registry=registry,
+                standalone=True,
+                clusterwide=not namespaces,
+                namespaces=namespaces or [],
+                stop_flag=stop_flag,
+                ready_flag=ready_flag,
+                liveness_endpoint=liveness_endpoint,
+            )
+        finally:
+            timers.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await timers
+
+    try:
+        asyncio.run(main())
+    finally:
+        executor.shutdown(wait=False, cancel_futures=True)
 
 
 class JsonFormatter(logging.Formatter):
@@ -445,11 +596,13 @@ __all__ = [
     "JsonFormatter",
     "KeyedLocks",
     "Operator",
+    "TimerSchedule",
     "TrainJob",
     "configure",
     "configure_logging",
     "operator_command",
     "register",
     "run_operator",
+    "run_timers",
     "start_metrics_server",
 ]

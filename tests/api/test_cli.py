@@ -66,7 +66,7 @@ def test_validate_one_line_per_error(tmp_path: Path, capsys: pytest.CaptureFixtu
         "  scaling:\n"
         "    numWorkers: [1]\n"  # wrong type
         "    resourcesPerWorker: {memory: 4GB}\n"  # bad quantity
-        "  storage: {path: 's3://bucket/x'}\n"  # bad scheme
+        "  storage: {path: 'hdfs://bucket/x'}\n"  # unsupported scheme
     )
     path = write(tmp_path, "bad.yaml", text)
     assert cli.main(["validate", path]) == 2

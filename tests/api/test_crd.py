@@ -505,6 +505,7 @@ def test_full_status_passes_the_crd_schema() -> None:
         ({"scaling": {"numWorkers": -1}}, "spec.scaling.numWorkers: -1 below minimum"),
         ({"scaling": {"resourcesPerWorker": {"memory": "4GB"}}}, "does not match pattern"),
         ({"scaling": {"resourcesPerWorker": {"cpu": 0.5}}}, "not int-or-string"),
+        ({"storage": {"path": "hdfs://b/x"}}, "spec.storage.path: 'hdfs://b/x' does not match"),
         ({"storage": {"path": "s3://b/x"}}, "spec.storage.path: 's3://b/x' does not match"),
         ({"checkpoint": {"numToKeep": 0}}, "spec.checkpoint.numToKeep: 0 below minimum"),
         ({"bogus": 1}, "spec.bogus: unknown field would be pruned"),

@@ -380,7 +380,15 @@ def test_quantities_in_pool_and_head() -> None:
 
 
 @pytest.mark.parametrize(
-    "path", ["gs://my-bucket/runs/a", "gs://my-bucket", "/tmp/trainjob-runs", "/mnt/ckpt/x"]
+    "path",
+    [
+        "gs://my-bucket/runs/a",
+        "gs://my-bucket",
+        "s3://my.bucket-1/runs/a",
+        "s3://my-bucket",
+        "/tmp/trainjob-runs",
+        "/mnt/ckpt/x",
+    ],
 )
 def test_good_storage_paths(path: str) -> None:
     spec = parse_trainjob(manifest(storage={"path": path})).spec
@@ -390,12 +398,14 @@ def test_good_storage_paths(path: str) -> None:
 @pytest.mark.parametrize(
     ("path", "message_part", "hint_part"),
     [
-        ("s3://bucket/x", "'s3://' is not supported", "gs://bucket/prefix"),
+        ("hdfs://namenode/x", "'hdfs://' is not supported", "s3://bucket/prefix"),
         ("https://example.com/x", "'https://' is not supported", "gs://bucket/prefix"),
         ("file:///tmp/x", "'file://' is not supported", "'/tmp/x'"),
         ("runs/local", "absolute path", "/tmp/trainjob-runs"),
         ("~/runs", "absolute path", "absolute path"),
         ("gs://Bad_Bucket/x", "GCS bucket", "lowercase"),
+        ("s3://under_score/x", "S3 bucket", "3-63 lowercase"),
+        ("s3://bucket/a/../b", "'..' folder: S3", "write s3://bucket/a/b"),
     ],
 )
 def test_bad_storage_paths(path: str, message_part: str, hint_part: str) -> None:

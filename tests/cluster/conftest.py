@@ -4,7 +4,9 @@
 Provisioning (the Kubernetes binaries, the node's host side, the images built from the
 Dockerfile) happens once, right after collection and before any test runs, with live output
 (it takes minutes the first time, longer than a test's timeout), and only when a selected
-test is marked ``node``. It needs root on Debian bookworm; elsewhere these tests are skipped.
+test is marked ``node``. The JAX runtime image (the Dockerfile's ``JAX=cpu`` variant, with the
+examples on top) is built and imported too when a selected test asks for
+:func:`node_jax_image`. It needs root on Debian bookworm; elsewhere these tests are skipped.
 ``TRAINJOB_SKIP_NODE_TESTS=1`` (or ``TRAINJOB_SKIP_K8S_TESTS=1``) skips them.
 
 ``test_placement.py`` needs only the Kubernetes binaries (kube-scheduler against an envtest API
@@ -29,6 +31,9 @@ from tests.support.node import Image, Node, build_images, provision_host, unsupp
 SKIP_ENVS = ("TRAINJOB_SKIP_NODE_TESTS", "TRAINJOB_SKIP_K8S_TESTS")
 NODE_IMAGES = ("operator", "examples", "fake-gcs")
 """The images the node imports (the examples image holds the runtime image's layers)."""
+JAX_IMAGE = "examples-jax"
+"""Imported as well when built: the examples on the JAX runtime image (``--jax``)."""
+JAX_FIXTURE = "node_jax_image"
 
 _provisioned: tuple[Path, Path, dict[str, Image]] | None = None
 _provision_error: str | None = None
@@ -41,8 +46,13 @@ def _skip_reason() -> str | None:
     return unsupported_reason()
 
 
+def _wants_jax(items: list[pytest.Item]) -> bool:
+    return any(JAX_FIXTURE in getattr(item, "fixturenames", ()) for item in items)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Provision the node (binaries, host side, images) when a ``node`` test was selected."""
+    """Provision the node (binaries, host side, images) when a ``node`` test was selected; the
+    JAX images only when a selected test uses :func:`node_jax_image`."""
     global _provisioned, _provision_error
     k8s_conftest.provision_before_tests(session, lambda path: path.name == "test_placement.py")
     if session.config.option.collectonly or _skip_reason() is not None:
@@ -55,7 +65,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         try:
             assets = ensure_assets()
             cache = provision_host()
-            images = build_images()
+            images = build_images(jax=_wants_jax(session.items))
             _provisioned = (assets, cache, images)
         except EnvTestError as e:
             _provision_error = str(e)
@@ -80,19 +90,30 @@ def node_provisioned() -> tuple[Path, Path, dict[str, Image]]:
     if _provision_error is not None:
         pytest.fail(f"provisioning the node failed:\n{_provision_error}", pytrace=False)
     if _provisioned is None:
-        _provisioned = (ensure_assets(), provision_host(), build_images())
+        _provisioned = (ensure_assets(), provision_host(), build_images(jax=True))
     return _provisioned
 
 
 @pytest.fixture(scope="session")
 def node_images(node_provisioned: tuple[Path, Path, dict[str, Image]]) -> dict[str, Image]:
-    """Key (``operator``, ``runtime``, ``examples``, ``fake-gcs``) -> the image built."""
+    """Key (``operator``, ``runtime``, ``examples``, ``fake-gcs``, and with the JAX build
+    ``runtime-jax``, ``examples-jax``) -> the image built."""
     return node_provisioned[2]
+
+
+@pytest.fixture(scope="session")
+def node_jax_image(node_images: dict[str, Image]) -> Image:
+    """The examples on the JAX runtime image (the Dockerfile's ``JAX=cpu`` variant), imported
+    into the node; asking for it makes the session build it (once, cached like the others)."""
+    if JAX_IMAGE not in node_images:
+        pytest.fail(f"no {JAX_IMAGE} image: the images were built without --jax", pytrace=False)
+    return node_images[JAX_IMAGE]
 
 
 @pytest.fixture(scope="session")
 def node(node_provisioned: tuple[Path, Path, dict[str, Image]]) -> Iterator[Node]:
     """The running node (etcd, control plane, containerd, kubelet, kube-proxy, DNS)."""
     assets, cache, images = node_provisioned
-    with Node(assets, cache, [images[key] for key in NODE_IMAGES]) as running:
+    keys = [*NODE_IMAGES, *([JAX_IMAGE] if JAX_IMAGE in images else [])]
+    with Node(assets, cache, [images[key] for key in keys]) as running:
         yield running

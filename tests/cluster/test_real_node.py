@@ -4,9 +4,9 @@ Everything is real: the images are built from the repository's Dockerfile, the c
 installed with Helm's SDK (the CRD, the operator's RBAC, its Deployment: the operator runs in
 its own container with its ServiceAccount's token), fake-gcs-server runs in the cluster behind
 a Service, the scheduler places the pods, the kubelet runs them in containerd, pods find each
-other through Services and cluster DNS, and Ray, torch gloo DDP, checkpoints and validations
-run inside the containers. The tests share one node and one Helm release; each test uses a
-namespace of its own.
+other through Services and cluster DNS, and Ray, torch gloo DDP, JAX (``jax.distributed`` in
+the Dockerfile's JAX variant), checkpoints and validations run inside the containers. The tests
+share one node and one Helm release; each test uses a namespace of its own.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 CHART_DIR = REPO / "charts" / "trainjob-operator"
 QUICKSTART = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
 JOB = "quickstart"
+JAX_EXAMPLE = yaml.safe_load((REPO / "examples" / "jax.yaml").read_text())
 RELEASE = "trainjob-operator"
 OPERATOR_NAMESPACE = "trainjob-system"
 STORAGE_NAMESPACE = "trainjob-storage"
@@ -72,9 +74,11 @@ class Cluster:
     def status(self, namespace: str, name: str = JOB) -> dict[str, Any]:
         return dict(self.trainjob(namespace, name).get("status") or {})
 
-    def wait_phase(self, namespace: str, phase: str, timeout: float) -> dict[str, Any]:
+    def wait_phase(
+        self, namespace: str, phase: str, timeout: float, name: str = JOB
+    ) -> dict[str, Any]:
         def reached() -> dict[str, Any] | None:
-            status = self.status(namespace)
+            status = self.status(namespace, name)
             if status.get("phase") == "Failed" and phase != "Failed":
                 raise AssertionError(f"the TrainJob failed: {status.get('message')}")
             return status if status.get("phase") == phase else None
@@ -313,6 +317,70 @@ def test_quickstart_trains_to_success_in_containers(cluster: Cluster, namespace:
     assert "gloo" in driver_log, driver_log[-3000:]
 
 
+def test_jax_example_trains_to_success_in_the_jax_image(
+    cluster: Cluster, namespace: str, node_jax_image: Image
+) -> None:
+    """examples/jax.yaml as it is, but in the examples image built on the Dockerfile's JAX
+    variant (``--build-arg JAX=cpu``), sized for this node and storing in fake-gcs-server: two
+    JAX processes on CPU (``jax.distributed``, coordinator on rank 0) in two worker pods."""
+    name = JAX_EXAMPLE["metadata"]["name"]
+    bucket = f"real-{uuid.uuid4().hex[:8]}"
+    cluster.gcs().create_bucket(bucket)
+    body = copy.deepcopy(JAX_EXAMPLE)
+    body["metadata"] = {"name": name, "namespace": namespace}
+    s = body["spec"]
+    assert s["framework"] == "jax" and s["scaling"]["numWorkers"] == 2
+    s["image"] = node_jax_image.name
+    s["scaling"]["resourcesPerWorker"] = {"cpu": "200m"}
+    s["ray"] = {"head": {"resources": {"cpu": "100m"}}}
+    s["storage"] = {"path": f"gs://{bucket}/runs"}
+    s["env"] = [{"name": "STORAGE_EMULATOR_HOST", "value": f"http://{GCS_HOST}:{GCS_PORT}"}]
+    cluster.custom.create_namespaced_custom_object(
+        "trainjob.dev", "v1alpha1", namespace, "trainjobs", body
+    )
+    status = cluster.wait_phase(namespace, "Running", timeout=600, name=name)
+    assert status["workers"]["desired"] == 2
+    status = cluster.wait_phase(namespace, "Succeeded", timeout=900, name=name)
+
+    steps = int(s["config"]["steps"])
+    every = 10  # the example's checkpoint_every
+    assert status["progress"]["step"] == steps - 1
+    # Every process reported; jax.process_count() was 2 in each (one process per worker pod).
+    assert status["progress"]["metrics"]["processes"] == 2, status["progress"]
+    latest = status["latestCheckpoint"]
+    assert latest["path"] == f"gs://{bucket}/runs/{name}/checkpoint_{steps - 1:06d}", latest
+    assert latest["step"] == steps - 1
+    assert latest["metrics"]["processes"] == 2, latest
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Succeeded"]["status"] == "True", conditions
+    assert status["restarts"] == 0
+    pods = {p.metadata.name: p for p in cluster.core.list_namespaced_pod(namespace).items}
+    for pod in pods.values():
+        assert pod.spec.containers[0].image == node_jax_image.name, pod.metadata.name
+
+    # Committed checkpoints in storage: numToKeep (2) of them, each with its marker, the arrays
+    # and meta.json of examples/jax_quickstart, and both in the manifest.
+    gcs_bucket = cluster.gcs().bucket(bucket)
+    objects = sorted(b.name for b in gcs_bucket.list_blobs(prefix=f"runs/{name}/"))
+    manifest = gcs_bucket.blob(f"runs/{name}/checkpoint_manifest.json").download_as_text()
+    kept = [f"checkpoint_{step:06d}" for step in (steps - 1 - every, steps - 1)]
+    for checkpoint in kept:
+        folder = f"runs/{name}/{checkpoint}"
+        for file in (COMMIT_MARKER, "meta.json", "params/w1.npy", "m/w1.npy", "v/b2.npy"):
+            assert f"{folder}/{file}" in objects, objects
+        assert checkpoint in manifest, manifest
+    meta = json.loads(gcs_bucket.blob(f"runs/{name}/{kept[-1]}/meta.json").download_as_text())
+    assert meta == {"step": steps - 1}
+    committed = {o.split("/")[2] for o in objects if o.endswith(f"/{COMMIT_MARKER}")}
+    assert committed == set(kept), objects  # the older ones were evicted
+
+    # kubectl's printer columns are filled (no scoreAttribute: no best checkpoint).
+    table = cluster.node.kubectl("get", "tj", name, "-n", namespace).stdout.splitlines()
+    header, row = table[0].split(), table[1].split()
+    assert header[:5] == ["NAME", "PHASE", "WORKERS", "STEP", "BEST"], table
+    assert row[0] == name and row[1] == "Succeeded" and row[3] == str(steps - 1), table
+
+
 def kill_in_container(cluster: Cluster, namespace: str, pod: str, program: str) -> None:
     """SIGKILL every process of ``program`` in the pod's container (``kubectl exec``; the
     image has no procps, so Python reads /proc)."""
@@ -409,27 +477,63 @@ def test_suspend_tears_down_and_resume_continues_from_the_checkpoint(
     assert "Resuming run" in driver_log, driver_log[-3000:]
 
 
-def test_a_worker_pod_terminated_gracefully_checkpoints_and_resumes(
-    cluster: Cluster, namespace: str
-) -> None:
-    """The kubelet's SIGTERM to a worker pod (here: the pod deleted with a grace period, as a
-    node drain or spot reclaim does) drains its Ray node; the quickstart sees
-    get_preemption_info(), commits a last checkpoint, the driver exits 3 and the operator
-    restarts the job from it without counting it (maxRestarts 0 would fail the job)."""
-    epochs = 6
+def _terminate_a_worker_pod_gracefully(
+    cluster: Cluster, namespace: str, epochs: int, failure: dict[str, Any]
+) -> str:
+    """The quickstart with a preemption check every 5 batches; once it committed a
+    checkpoint, ``kubectl delete pod <job>-w1 --grace-period=90`` (the kubelet's SIGTERM, as a
+    node drain or spot reclaim gives). Returns the deleted pod's uid."""
     make_job(
         cluster,
         namespace,
         {"epochs": epochs, "batch_size": 8, "preemption_check_every": 5},
-        failure={"maxRestarts": 0},
+        failure=failure,
         podTemplate={"terminationGracePeriodSeconds": 90},
     )
     wait_for_a_committed_checkpoint(cluster, namespace)
-    worker = f"{JOB}-w1"
-    env = {e.name: e.value for e in cluster.pods(namespace)[worker].spec.containers[0].env}
+    worker = cluster.pods(namespace)[f"{JOB}-w1"]
+    env = {e.name: e.value for e in worker.spec.containers[0].env}
     assert env["TRAINJOB_TERMINATION_GRACE_PERIOD_S"] == "90"
     cluster.node.kubectl(
-        "delete", "pod", "-n", namespace, worker, "--grace-period=90", "--wait=false"
+        "delete", "pod", "-n", namespace, f"{JOB}-w1", "--grace-period=90", "--wait=false"
+    )
+    return str(worker.metadata.uid)
+
+
+def test_a_worker_pod_terminated_gracefully_restarts_the_worker_group_in_place(
+    cluster: Cluster, namespace: str
+) -> None:
+    """The worker pod's SIGTERM drains its Ray node; the quickstart sees
+    get_preemption_info() and commits a last checkpoint; the driver's fit() restarts the
+    worker group from it (failure.maxPreemptionFailures -1, Ray Train's default) once the
+    operator recreated the pod: no whole-job restart, maxFailures 0 untouched."""
+    epochs = 6
+    old_uid = _terminate_a_worker_pod_gracefully(
+        cluster, namespace, epochs, {"maxRestarts": 0, "maxFailures": 0}
+    )
+
+    status = cluster.wait_phase(namespace, "Succeeded", timeout=900)
+    assert status["progress"]["step"] == epochs - 1
+    assert status.get("restarts", 0) == 0 and not status.get("restartHistory"), status
+    driver_log = cluster.node.kubectl("logs", "-n", namespace, f"{JOB}-driver").stdout
+    # One rank was on the deleted pod; which one depends on Ray's rank order, not pod names.
+    one_rank_preempted = r"Preemption of ranks \[[01]\] \(Ray nodes \w+\)"
+    assert re.search(one_rank_preempted, driver_log), driver_log[-3000:]
+    assert "(attempt 1), resuming from" in driver_log, driver_log[-3000:]
+    assert "Worker group failed" not in driver_log, driver_log[-3000:]
+    # The operator recreated the pod under the same name; the new group ran on it.
+    assert str(cluster.pods(namespace)[f"{JOB}-w1"].metadata.uid) != old_uid
+
+
+def test_a_worker_pod_terminated_gracefully_with_no_preemption_budget_restarts_the_job(
+    cluster: Cluster, namespace: str
+) -> None:
+    """failure.maxPreemptionFailures 0: after the last checkpoint the driver exits 3 and the
+    operator restarts the whole job from it without counting it (maxRestarts 0 would fail
+    the job); ``kubectl describe tj`` shows the restart history."""
+    epochs = 6
+    _terminate_a_worker_pod_gracefully(
+        cluster, namespace, epochs, {"maxRestarts": 0, "maxPreemptionFailures": 0}
     )
 
     status = cluster.wait_phase(namespace, "Succeeded", timeout=900)
@@ -440,6 +544,10 @@ def test_a_worker_pod_terminated_gracefully_checkpoints_and_resumes(
     assert status["ignoredRestarts"] == 1
     driver_log = cluster.node.kubectl("logs", "-n", namespace, f"{JOB}-driver").stdout
     assert "Resuming run" in driver_log, driver_log[-3000:]
+    described = cluster.node.kubectl("describe", "tj", "-n", namespace, JOB).stdout
+    assert "Restart History:" in described, described
+    assert "exit code 3" in described, described
+    assert re.search(r"Counted:\s+false", described), described
 
 
 def test_an_image_that_cannot_be_pulled_fails_at_the_startup_deadline_saying_why(

@@ -3,6 +3,7 @@ reconciles, the message of a child the API server rejects."""
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import sys
@@ -14,8 +15,10 @@ import pytest
 
 from trainjob_operator import operator_main
 from trainjob_operator.api import Phase, TrainJobStatus
+from trainjob_operator.constants import LAST_DEMAND_ANNOTATION
 from trainjob_operator.operator_main import JsonFormatter, KeyedLocks, Operator
 from trainjob_operator.reconcile.apply import invalid_child_message
+from trainjob_operator.reconcile.fingerprint import trainjob_fingerprint
 from trainjob_operator.reconcile.plan import Plan
 
 
@@ -185,6 +188,54 @@ def test_timer_reconciles_only_on_change_when_due_or_at_resync(
     assert runs[-2:] == ["a", "a"]
 
 
+def test_the_timer_ignores_the_operators_own_writes_and_kopfs_bookkeeping(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A reconcile records the TrainJob as its writes left it; kopf's patch of its own
+    annotations afterwards (a new resourceVersion) is no change for the timer, while a
+    driver's status update, a user's annotation or a spec change is."""
+    left: dict[str, Any] = {
+        "metadata": {"generation": 1, "resourceVersion": "7", "labels": {"team": "a"}},
+        "status": {"phase": "Running", "progress": {"step": 1}},
+    }
+    runs: list[str] = []
+
+    def fake(client: Any, namespace: str, name: str, render: Any) -> Plan:
+        runs.append(name)
+        plan = Plan(TrainJobStatus(phase=Phase.RUNNING))
+        plan.trainjob_after = copy.deepcopy(left)
+        return plan
+
+    def variant(**changes: Any) -> str:
+        body = copy.deepcopy(left)
+        meta = body["metadata"]
+        meta["resourceVersion"] = "8"
+        for key, value in changes.items():
+            if key == "status":
+                body["status"].update(value)
+            else:
+                meta[key] = value
+        return trainjob_fingerprint(body)
+
+    monkeypatch.setattr(operator_main, "reconcile_trainjob", fake)
+    op = Operator(client=None, render=lambda *a: [], resync_seconds=3600)  # type: ignore[arg-type]
+    op.reconcile("ns", "a", "create")
+    kopf = {"trainjob.dev/last-handled-configuration": "{}", "trainjob.dev/create": "{}"}
+    op.on_timer("ns", "a", variant(annotations=kopf))
+    op.on_timer("ns", "a", variant())
+    assert runs == ["a"]
+    for change in (
+        {"status": {"progress": {"step": 2}}},  # the driver's status update
+        {"annotations": {**kopf, "example.com/owner": "b"}},
+        {"annotations": {LAST_DEMAND_ANNOTATION: "2026-12-04T00:00:00Z"}},  # planning reads it
+        {"labels": {"team": "b"}},
+        {"generation": 2},
+    ):
+        before = len(runs)
+        op.on_timer("ns", "a", variant(**change))
+        assert len(runs) == before + 1, change
+
+
 def test_keyed_locks_keep_a_waited_on_lock_after_its_holder_leaves() -> None:
     locks = KeyedLocks()
     inside = threading.Event()
@@ -261,3 +312,61 @@ def test_a_managed_pod_being_added_does_not_trigger_a_reconcile() -> None:
     assert operator_main.pod_event_triggers("MODIFIED")
     assert operator_main.pod_event_triggers("DELETED")
     assert operator_main.pod_event_triggers(None)
+
+
+def test_timer_schedule_ticks_each_trainjob_an_interval_after_it_was_seen_and_after_each_tick() -> (
+    None
+):
+    schedule = operator_main.TimerSchedule(5.0)
+    schedule.observe(("ns", "a"), "1", now=100.0)
+    schedule.observe(("ns", "b"), "7", now=102.0)
+    schedule.observe(("ns", "a"), "2", now=103.0)  # a newer version; not rescheduled
+    assert len(schedule) == 2
+    assert schedule.pop_due(104.9) == []  # the create handler reconciled it at once
+    assert schedule.sleep_time(104.9) == pytest.approx(0.1)
+    assert schedule.pop_due(105.0) == [(("ns", "a"), "2")]
+    assert schedule.pop_due(200.0) == [(("ns", "b"), "7")]  # a's tick still runs: not again
+    schedule.done(("ns", "a"), now=210.0)
+    assert schedule.pop_due(214.9) == []
+    assert schedule.pop_due(215.0) == [(("ns", "a"), "2")]
+    schedule.done(("ns", "a"), now=215.0)
+    schedule.forget(("ns", "a"))  # deleted: its pending tick is dropped
+    schedule.done(("ns", "b"), now=216.0)
+    schedule.forget(("ns", "b"))
+    assert schedule.pop_due(1000.0) == [] and len(schedule) == 0
+    assert schedule.sleep_time(1000.0) == 1.0  # nothing scheduled: look again in a second
+    schedule.done(("ns", "b"), now=1000.0)  # a tick finishing after the deletion
+    assert schedule.pop_due(2000.0) == []
+
+
+def test_run_timers_calls_on_timer_with_the_latest_version_and_survives_errors() -> None:
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    calls: list[tuple[str, str, str | None]] = []
+
+    class FakeOperator:
+        def on_timer(self, namespace: str, name: str, version: str | None) -> None:
+            calls.append((namespace, name, version))
+            if name == "bad":
+                raise RuntimeError("API server unreachable")
+
+    async def scenario() -> None:
+        schedule = operator_main.TimerSchedule(0.05)
+        now = asyncio.get_running_loop().time()
+        schedule.observe(("ns", "a"), "1", now)
+        schedule.observe(("ns", "bad"), "9", now)
+        with ThreadPoolExecutor(2) as pool:
+            task = asyncio.create_task(
+                operator_main.run_timers(FakeOperator(), schedule, pool)  # type: ignore[arg-type]
+            )
+            while calls.count(("ns", "a", "1")) < 2:
+                await asyncio.sleep(0.01)
+            schedule.observe(("ns", "a"), "2", asyncio.get_running_loop().time())
+            while ("ns", "a", "2") not in calls or calls.count(("ns", "bad", "9")) < 3:
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))

@@ -76,7 +76,7 @@ def test_manifest_round_trips_through_parse_trainjob() -> None:
     assert parsed.spec.failure.max_failures == job.spec.failure.max_failures
     # Operator-only fields are left out (and come back as defaults).
     assert "ttlSecondsAfterFinished" not in data["spec"]
-    assert data["spec"]["failure"] == {"maxFailures": 2}
+    assert data["spec"]["failure"] == {"maxFailures": 2, "maxPreemptionFailures": -1}
 
 
 def test_manifest_is_pinned_to_metadata_it_needs() -> None:

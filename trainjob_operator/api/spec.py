@@ -50,12 +50,23 @@ DEFAULT_RAY_VERSION = "2.60.0"
 """Ray version the runtime image ships; ``spec.ray.version`` defaults to it."""
 _ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 _GCS_BUCKET = r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]"
-STORAGE_PATH_PATTERN = rf"^(gs://{_GCS_BUCKET}(/.*)?|/.*)$"
-"""``gs://bucket[/prefix]`` or an absolute path."""
+_S3_BUCKET = r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]"
+STORAGE_PATH_PATTERN = rf"^(gs://{_GCS_BUCKET}(/.*)?|s3://{_S3_BUCKET}(/.*)?|/.*)$"
+"""``gs://bucket[/prefix]``, ``s3://bucket[/prefix]`` or an absolute path."""
 _ENV_NAME_RE = re.compile(_ENV_NAME_PATTERN)
 _ENV_SOURCES = frozenset({"configMapKeyRef", "fieldRef", "resourceFieldRef", "secretKeyRef"})
 """The sources of a Kubernetes EnvVarSource (``valueFrom``)."""
-_GCS_BUCKET_RE = re.compile(rf"^{_GCS_BUCKET}$")
+#: The object stores ``spec.storage.path`` may name: scheme -> (store name, bucket name
+#: pattern, the rule it checks).
+_BUCKETS = {
+    "gs": (
+        "GCS",
+        re.compile(rf"^{_GCS_BUCKET}$"),
+        "3-222 lowercase letters, digits, '-', '_' and '.'",
+    ),
+    "s3": ("S3", re.compile(rf"^{_S3_BUCKET}$"), "3-63 lowercase letters, digits, '-' and '.'"),
+}
+_STORAGE_FORMS = "gs://bucket/prefix (GCS), s3://bucket/prefix (S3) or an absolute path"
 
 
 class EnvVar(ApiModel):
@@ -169,31 +180,33 @@ class CheckpointConfig(ApiModel):
 
 
 def _check_storage_path(value: str) -> str:
-    if value.startswith("gs://"):
-        bucket = value.removeprefix("gs://").split("/", 1)[0]
-        if not _GCS_BUCKET_RE.match(bucket):
+    scheme, sep, rest = value.partition("://")
+    if sep and scheme in _BUCKETS:
+        store, bucket_re, rule = _BUCKETS[scheme]
+        bucket, _, prefix = rest.partition("/")
+        if not bucket_re.match(bucket):
             raise api_error(
-                f"{bucket!r} is not a valid GCS bucket name",
-                hint="bucket names are 3-222 lowercase letters, digits, '-', '_' and '.'",
+                f"{bucket!r} is not a valid {store} bucket name",
+                hint=f"bucket names are {rule}",
             )
-        prefix = value.removeprefix("gs://").partition("/")[2].rstrip("/")
+        prefix = prefix.rstrip("/")
         if prefix and any(part in ("", ".", "..") for part in prefix.split("/")):
             clean = "/".join(p for p in prefix.split("/") if p not in ("", ".", ".."))
+            root = f"{scheme}://{bucket}"
             raise api_error(
-                f"{value!r} has an empty, '.' or '..' folder: GCS object names would contain "
-                "it literally",
-                hint=f"write gs://{bucket}/{clean}" if clean else f"write gs://{bucket}",
+                f"{value!r} has an empty, '.' or '..' folder: {store} object names would "
+                "contain it literally",
+                hint=f"write {root}/{clean}" if clean else f"write {root}",
             )
         return value
-    if "://" in value:
-        scheme = value.split("://", 1)[0]
-        hint = "use gs://bucket/prefix (GCS) or an absolute path on a mounted volume"
+    if sep:
+        hint = f"use {_STORAGE_FORMS} on a mounted volume"
         if scheme == "file":
             hint = f"write the absolute path itself: {value.removeprefix('file://')!r}"
         raise api_error(f"storage scheme {scheme + '://'!r} is not supported", hint=hint)
     if not value.startswith("/"):
         raise api_error(
-            f"{value!r} must be gs://bucket/prefix or an absolute path",
+            f"{value!r} must be {_STORAGE_FORMS}",
             hint="use an absolute path such as /tmp/trainjob-runs or /mnt/checkpoints",
         )
     return value
@@ -203,12 +216,18 @@ class StorageConfig(ApiModel):
     """Where checkpoints, the checkpoint manifest and results are written."""
 
     path: Annotated[str, AfterValidator(_check_storage_path)] = Field(
-        description="gs://bucket/prefix or an absolute path (a mounted volume in a cluster).",
+        description=(
+            "gs://bucket/prefix, s3://bucket/prefix (credentials and endpoint from the "
+            "pods' AWS_* environment) or an absolute path (a mounted volume in a cluster)."
+        ),
         json_schema_extra={"pattern": STORAGE_PATH_PATTERN},
     )
     service_account_name: str | None = Field(
         default=None,
-        description="ServiceAccount of the pods (bind it to a GCP service account for GCS).",
+        description=(
+            "ServiceAccount of the pods (bind it to a GCP service account for GCS, or an "
+            "IAM role for S3)."
+        ),
     )
 
 
@@ -346,6 +365,17 @@ class FailureConfig(ApiModel):
         ge=-1,
         description=(
             "Worker-group restarts inside one run before the run fails; -1 means unlimited."
+        ),
+    )
+    max_preemption_failures: int = Field(
+        default=-1,
+        ge=-1,
+        description=(
+            "Worker-group restarts inside one run after a preemption notice (a worker pod's "
+            "termination notice drains its Ray node; the group restarts from the checkpoint "
+            "taken on it, on the recreated pod), not counted against maxFailures; -1 means "
+            "unlimited (Ray Train's FailureConfig.max_preemption_failures). Past it the "
+            "driver exits 3 and the operator restarts the whole job, not counted."
         ),
     )
     max_restarts: int = Field(

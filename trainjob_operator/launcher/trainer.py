@@ -175,7 +175,10 @@ def build_trainer(plan: RunPlan, callbacks: list[Callback]) -> Any:
             checkpoint_score_attribute=spec.checkpoint.score_attribute,
             checkpoint_score_order=spec.checkpoint.score_order,
         ),
-        failure_config=FailureConfig(max_failures=spec.failure.max_failures),
+        failure_config=FailureConfig(
+            max_failures=spec.failure.max_failures,
+            max_preemption_failures=spec.failure.max_preemption_failures,
+        ),
         validation_config=ValidationConfig(
             # The validation pool advertises this resource, also while it is scaled to zero:
             # validations wait for a pool node rather than run on the training workers.

@@ -143,9 +143,12 @@ def post_event(client: KubeClient, obj: dict[str, Any], event: Event, now: dt.da
         logger.warning("could not post event %s: %s", event.reason, exc)
 
 
-def execute_plan(client: KubeClient, obj: dict[str, Any], plan: Plan, now: dt.datetime) -> None:
+def execute_plan(
+    client: KubeClient, obj: dict[str, Any], plan: Plan, now: dt.datetime
+) -> dict[str, Any]:
     """Carry out ``plan`` for the TrainJob ``obj``: deletes, creates, one status write (or the
-    TrainJob's deletion), the annotation patch, the Events."""
+    TrainJob's deletion), the annotation patch, the Events. Returns the TrainJob as the last
+    write answered it (``obj`` when nothing was written)."""
     meta = obj["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     for kind, child in plan.delete:
@@ -156,16 +159,19 @@ def execute_plan(client: KubeClient, obj: dict[str, Any], plan: Plan, now: dt.da
         # what was created) and no later wave is created.
         manifest, exc = rejected
         plan.fail_rejected_child(manifest, exc.body, now)
+    written = obj
     if plan.delete_trainjob:
         client.delete(KIND, namespace, name)
     else:
         patch = plan.status_patch()
         if patch is not None:
-            client.patch(KIND, namespace, name, {"status": patch}, subresource="status")
+            written = client.patch(KIND, namespace, name, {"status": patch}, subresource="status")
         if plan.annotations:
-            client.patch(KIND, namespace, name, {"metadata": {"annotations": plan.annotations}})
+            annotations = {"metadata": {"annotations": plan.annotations}}
+            written = client.patch(KIND, namespace, name, annotations)
     for event in plan.events:
         post_event(client, obj, event, now)
+    return written or obj
 
 
 def reconcile_trainjob(
@@ -185,17 +191,22 @@ def reconcile_trainjob(
         message = "; ".join(e.format() for e in exc.errors)
         plan = plan_invalid_spec(status, message, generation, now)
     else:
+        # A TrainJob without a status was never reconciled: it has no children, save those a
+        # reconcile cut off before its status write created (an operator restart); creating
+        # them again answers 409, and the next reconcile, which reads them, sees their state.
+        # So its first reconcile does not read them (6 LISTs; issue 20).
+        children = read_children(client, namespace, name) if status else []
         plan = plan_trainjob(
             job,
             meta["uid"],
             status,
             dict(meta.get("annotations") or {}),
-            read_children(client, namespace, name),
+            children,
             render,
             now,
             generation=generation,
         )
-    execute_plan(client, obj, plan, now)
+    plan.trainjob_after = execute_plan(client, obj, plan, now)
     return plan
 
 

@@ -171,6 +171,9 @@ class Plan:
     #: seconds after which the operator should reconcile again even if nothing changes (a
     #: deadline, the TTL, a pod being replaced); None: only on changes and periodic resync.
     requeue_after: float | None = None
+    #: the TrainJob as this reconcile left it (set once the plan was carried out; what the
+    #: operator's timer compares the next watch events with).
+    trainjob_after: dict[str, Any] | None = None
 
     @property
     def status(self) -> dict[str, Any]:

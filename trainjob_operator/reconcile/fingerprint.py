@@ -1,0 +1,46 @@
+"""Which changes of a TrainJob its timer tick reacts to (issue 20).
+
+A timer tick reconciles a TrainJob when it changed since the operator last looked at it. The
+``resourceVersion`` tells too much: every write changes it, the operator's own status write
+and kopf's bookkeeping patch after each handler (its diff-base and progress annotations)
+included, so each new TrainJob's first tick reconciled again for nothing. The fingerprint
+covers what a reconcile reads of the TrainJob itself (its generation, labels, annotations
+and status: a driver's status update, an annotation someone set) and leaves out kopf's
+annotations (under :data:`KOPF_ANNOTATION_PREFIX`, except the operator's own
+:data:`~trainjob_operator.constants.LAST_DEMAND_ANNOTATION`, which planning reads).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from trainjob_operator.constants import GROUP, LAST_DEMAND_ANNOTATION
+
+__all__ = ["KOPF_ANNOTATION_PREFIX", "trainjob_fingerprint"]
+
+#: kopf's progress and diff-base annotations on a TrainJob (``operator_main.configure``).
+KOPF_ANNOTATION_PREFIX = f"{GROUP}/"
+#: Annotations under that prefix that are the operator's and that planning reads.
+_READ_ANNOTATIONS = frozenset({LAST_DEMAND_ANNOTATION})
+
+
+def trainjob_fingerprint(body: Mapping[str, Any]) -> str:
+    """A digest of what a reconcile reads of TrainJob ``body`` (a watch event's or an API
+    answer's object): equal digests, nothing for a reconcile to see."""
+    meta = body.get("metadata") or {}
+    annotations = {
+        key: value
+        for key, value in (meta.get("annotations") or {}).items()
+        if not key.startswith(KOPF_ANNOTATION_PREFIX) or key in _READ_ANNOTATIONS
+    }
+    content = [
+        meta.get("generation"),
+        meta.get("labels") or {},
+        annotations,
+        body.get("status") or {},
+    ]
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
