@@ -130,10 +130,21 @@ def _instrument_uploads(framework: str, log_path: Path, phase: dict[str, str]) -
     cls._upload_checkpoint = _upload_checkpoint  # type: ignore[method-assign]
 
 
+def _fsync(path: Path) -> None:
+    """``fsync(2)`` a file or folder."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class PlainTransfer:
     """The in-run raw bound: the library alone stores a checkpoint folder, synchronously.
 
-    ``shutil.copyfile`` into a folder under ``target`` (local), or google-cloud-storage
+    ``shutil.copyfile`` into a folder under ``target`` and ``fsync`` of every copy, its
+    folder and that folder's parent (local: the durability trainer_runtime's commit gives,
+    so that the bound stores as safely as what it bounds), or google-cloud-storage
     ``Blob.upload_from_filename`` with its defaults (``gs://``, the emulator named by
     ``STORAGE_EMULATOR_HOST``); the 2 newest copies are kept, as ``num_to_keep=2`` does.
     """
@@ -159,6 +170,9 @@ class PlainTransfer:
                 target = dest / f.relative_to(folder)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(f, target)
+                _fsync(target)
+            for name in {dest / f.relative_to(folder).parent for f in files} | {dest.parent}:
+                _fsync(name)
             self.kept.append(str(dest))
         else:
             dest_prefix = f"{self.prefix}/raw_{index:06d}"
@@ -576,6 +590,15 @@ def raw_bounds(args: argparse.Namespace, emulator: common.Emulator | None) -> di
                 shutil.copyfile(source / "weights.bin", target / "weights.bin")
                 keep(target, source)
 
+            def copy_kept_fsync(i: int) -> None:
+                source = latest_source()
+                target = dst_dir / f"fsync_{i}"
+                target.mkdir()
+                shutil.copyfile(source / "weights.bin", target / "weights.bin")
+                for path in (target / "weights.bin", target, dst_dir):
+                    _fsync(path)
+                keep(target, source)
+
             def copy_kept_back_to_back(i: int) -> None:
                 copy_kept(i, prefix="b2b")
 
@@ -594,12 +617,13 @@ def raw_bounds(args: argparse.Namespace, emulator: common.Emulator | None) -> di
             measure(
                 [
                     ("local_copyfile", copy_kept, fresh_source),
+                    ("local_copyfile_fsync", copy_kept_fsync, fresh_source),
                     ("ours_local_upload_dir", ours_local, fresh_source),
                     ("local_copyfile_back_to_back", copy_kept_back_to_back, fresh_source),
                     ("local_copyfile_unlinked", copy_unlinked),
                 ],
                 args.raw_repeats,
-                after_idle={"local_copyfile", "ours_local_upload_dir"},
+                after_idle={"local_copyfile", "local_copyfile_fsync", "ours_local_upload_dir"},
             )
         if "gcs" in args.storage and emulator is not None:
             client = emulator.client()
@@ -793,6 +817,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "quick": args.quick,
             "ray_num_cpus": 4,
             "num_to_keep": 2,
+            # the in-run RAW phase fsyncs local copies (results before this key: it did not)
+            "raw_fsync": True,
         },
         "ray_train": ray_train or "measured",
         "calibration": cal,

@@ -649,6 +649,95 @@ def render_operator(data: dict[str, Any], img_rel: str) -> tuple[str, list[list[
         if k.startswith("trainjob_reconciles_skipped_total{") and 'why="coalesced"' in k
     )
     ran = sum(v for k, v in metrics.items() if k.startswith("trainjob_reconciles_total{"))
+    by_trigger = {
+        k.split('"')[1]: v for k, v in metrics.items() if k.startswith("trainjob_reconciles_total{")
+    }
+    per_job = ", ".join(f"{k} {v / max(total, 1):.2f}" for k, v in sorted(by_trigger.items()))
+    ratio_now = (data.get("bound") or {}).get("operator_ratio") or 0.0
+    p99_now = (phases.get("burst") or {}).get("p99_s")
+    # Issue 20's memory round, A/B on this machine one run after the other (full size; the
+    # same benchmark file; raw results not kept: the worktrees' benchmarks/results).
+    ab_table = table(
+        [
+            "run",
+            "RSS idle / after burst / at 1,000 MiB",
+            "burst TrainJobs/s",
+            "burst p50 / p99 s",
+            "bound TrainJobs/s",
+            "ratio",
+            "scale TrainJobs/s",
+            "reconciles (timer)",
+            "load",
+        ],
+        [
+            [
+                "before (2edd00a)",
+                "57.6 / 119.8 / 290.2",
+                "20.4",
+                "3.69 / 7.52",
+                "68.9",
+                "30%",
+                "13.0",
+                "3,237 (2,237)",
+                "7.9",
+            ],
+            [
+                "one schedule (4, 6)",
+                "58.1 / 115.8 / 229.6",
+                "20.7",
+                "3.81 / 6.38",
+                "70.2",
+                "29%",
+                "15.1",
+                "3,018 (2,018)",
+                "3.3",
+            ],
+            [
+                "+ pod events on the loop (5)",
+                "56.9 / 103.4 / 125.2",
+                "18.6",
+                "4.28 / 7.21",
+                "67.2",
+                "28%",
+                "13.4",
+                "3,050 (2,050)",
+                "10.8",
+            ],
+            [
+                "+ 16 handler threads (8), round 1",
+                "57.5 / 106.5 / 127.7",
+                "21.9",
+                "3.05 / 4.71",
+                "74.7",
+                "29%",
+                "14.2",
+                "3,001 (2,001)",
+                "13.9",
+            ],
+            [
+                "+ 16 handler threads (8), round 2",
+                "58.1 / 102.7 / 121.5",
+                "21.4",
+                "3.22 / 5.10",
+                "52.6",
+                "41%",
+                "11.8",
+                "3,010 (2,010)",
+                "10.8",
+            ],
+            [
+                "+ timer fingerprint (9) (the run above)",
+                "57.7 / 103.9 / 141.5",
+                "23.2",
+                "3.24 / 5.13",
+                "83.2",
+                "28%",
+                "22.3",
+                "1,948 (948)",
+                "4.2",
+            ],
+        ],
+    )
     burst = phases.get("burst")
     headline = []
     if burst:
@@ -727,7 +816,8 @@ reached **{f(100 * (bound.get("operator_ratio") or 0), 0)}%** of it.
 `benchmarks/bench_operator.py`: etcd + kube-apiserver {p.get("k8s_version", "1.20.2")} from
 `tests.support.EnvTest` (no kube-controller-manager, scheduler or kubelet: pods stay
 Pending), the CRD from `crds/`, and the operator as its own process, as deployed: `trainjob
-operator --namespace bench` (kopf; the default 5 s timer per TrainJob). TrainJobs are
+operator --namespace bench` (kopf; the default 5 s timer per TrainJob), with the Kubernetes
+client libraries absent as in the operator image (`AS_IN_THE_IMAGE`). TrainJobs are
 `{p["manifest"]}` renamed; each gets {sum(data["children_per_job"].values())} children
 ({kinds}). The benchmark POSTs TrainJobs over a kept-alive HTTPS connection and watches the
 children (one watch per kind) and the TrainJobs. **Latency**: from just before a TrainJob's POST
@@ -763,37 +853,122 @@ Where the time goes, measured on the same API server after the run (operator sto
 
 {table(["request", "ms"], cost_rows)}
 
-How the operator keeps this cheap (`trainjob_operator/operator_main.py`, `kube.py`): each
-reconcile reads the TrainJob, LISTs its 6 child kinds by label, creates what is missing and
-patches the status. The LISTs are served from the API server's watch cache
-(`resourceVersion=0`): a quorum read decodes every object of the kind in the namespace, so
-without it one reconcile costs more the more TrainJobs exist (table above). `KubeClient`
-keeps one connection alive per thread instead of a TLS handshake per request. A trigger that
-arrives while a reconcile of the same TrainJob waits to start is dropped (the waiting one
-reads the newer state): {f(coalesced, 0)} pod-event triggers coalesced in this run. A timer
-tick reconciles only when the TrainJob changed since the last timer reconcile, a deadline, TTL
-or pool scale-down the last plan asked for is due, or 60 s passed (resync):
-{f(skipped_timer, 0)} ticks skipped, {f(ran, 0)} reconciles run in all. kopf runs the
-synchronous handlers on its default thread pool (min(32, cores + 4) = 6 threads here), so
-latency under a burst is queueing behind the other TrainJobs' creates; the API server's own
-CPU is the other limit on these 2 cores.
+How the operator keeps this cheap (`trainjob_operator/operator_main.py`, `kube.py`,
+`reconcile/apply.py`): each reconcile reads the TrainJob, LISTs its 6 child kinds by label
+(except the first reconcile of a TrainJob, which has no status and so no children yet),
+creates what is missing and patches the status. The LISTs are served from the API server's
+watch cache (`resourceVersion=0`): a quorum read decodes every object of the kind in the
+namespace, so without it one reconcile costs more the more TrainJobs exist (table above).
+`KubeClient` keeps one connection alive per thread instead of a TLS handshake per request. A
+trigger that arrives while a reconcile of the same TrainJob waits to start is dropped (the
+waiting one reads the newer state): {f(coalesced, 0)} pod-event triggers coalesced in this run.
+A timer tick reconciles only when the TrainJob changed since the last timer reconcile, a
+deadline, TTL or pool scale-down the last plan asked for is due, or 60 s passed (resync):
+{f(skipped_timer, 0)} ticks skipped, {f(ran, 0)} reconciles run in all (per TrainJob:
+{per_job or "none"}). The ticks of all TrainJobs come from one schedule (a heap of due times on
+kopf's event loop, fed by the TrainJob watch), not from a `kopf.timer` per TrainJob; a
+TrainJob's first tick is 5 s after it was first seen (its create or resume handler reconciled
+it already). The create, update and resume handlers and the ticks run on one pool of 16
+threads (kopf's default, min(32, cores + 4), was 6 here); pod events are handled on the
+event loop, and only those that ask for a reconcile take a thread. Latency under a burst is
+queueing behind the other TrainJobs' reconciles; the API server's own CPU is the other limit
+on these 2 cores.
 
-The run before these changes (commit 9ff42cc: every LIST a quorum read, a TLS handshake per
-request, every timer tick a full reconcile) measured, on the same machine: sequential p50
-0.375 s, burst p50 16.2 s / p99 36.8 s at 4.9 TrainJobs/s, scale p50 90.0 s at 2.1 TrainJobs/s,
-and the kube-apiserver busy at 1.38 cores in steady state at 500 TrainJobs, where the timers
-asked for more reconciles than the operator could run.
+The run before the first of these changes (commit 9ff42cc: every LIST a quorum read, a TLS
+handshake per request, every timer tick a full reconcile) measured, on the same machine:
+sequential p50 0.375 s, burst p50 16.2 s / p99 36.8 s at 4.9 TrainJobs/s, scale p50 90.0 s at
+2.1 TrainJobs/s, and the kube-apiserver busy at 1.38 cores in steady state at 500 TrainJobs,
+where the timers asked for more reconciles than the operator could run.
 
-**Where the burst's time went (issue 20).** py-spy (`py-spy record -r 50 -f raw`, 25 s of the
-scale phase, all threads, after change 1 below) on the operator: of the 487 samples in
-reconciles, 253 were the 6 child LISTs of `read_children` and 136 the creates and writes of
-`execute_plan`, almost all of it waiting for the API server's answer (`SSLSocket.read`);
-kopf's own processing of events (diff-base annotation, `deepcopy` of bodies, its PATCHes) was
-about 155 of the process's 1,257 samples. The reconciles themselves were the
-waste: a new TrainJob cost **6.4 reconciles** (1 create, 3 from its own Pods being ADDED
-echoing back through the pod watch, 2.4 timer ticks), each a GET and 6 LISTs. Changes, A/B on
-the same machine (200-TrainJob burst then 400 TrainJobs; the baseline run from a worktree of
-the commit before, the same benchmark file; two rounds, run one after the other):
+**Memory (issue 20).** Profiled in the operator process (`tracemalloc` with 3 to 10 frames, a
+census of the live objects by type from `gc.get_objects()`, `sys._debugmallocstats()`, and
+`malloc_trim(0)` to see what the C allocator held free), with 150 and 300 TrainJobs created at
+once; at 1,000 `tracemalloc` slowed the operator so much on the shared 2 cores (load average
+10-30) that the run was stopped after 8 minutes at 112 TrainJobs.
+
+* **Idle**: 49 of the 106 MiB were the `kubernetes` Python client, which kopf imports at start
+  when it is installed (for `isinstance` checks of client objects the operator never hands
+  it). The operator image has the core install only, without it; this environment has it for
+  the tests, and the benchmark ran the operator there as it was. The benchmark now starts it
+  with the client libraries absent, as in the image: idle 57 MiB, of which kopf and aiohttp
+  are ~32 MiB over a bare interpreter (9 MiB) and pydantic, the API models and the renderer
+  ~16 MiB.
+* **Per TrainJob, live**: little. At 300 TrainJobs (1,200 pods) the census grew by one kopf
+  `ResourceMemory` per TrainJob and per pod (~0.9 KiB each, 1.4 MB in all) and a few hundred
+  other objects; tracemalloc's live total grew 11-15 MB, mostly the buffers of kopf's aiohttp
+  connections and its per-object queues, which go when idle. kopf's timers (an asyncio task,
+  its `Daemon`, loggers and the live body per TrainJob) held ~3 KiB per TrainJob (87.3 vs 86.9
+  MB traced at 150 TrainJobs, before vs after the schedule below), but every tick allocated
+  anew: kopf's invocation machinery and a log line each (44,110 "Timer succeeded" lines in the
+  first 10 minutes of a stopped 1,000-TrainJob profile).
+* **What dominated RSS** is what a burst leaves behind: Python's small-object allocator
+  (pymalloc) keeps a 1 MiB arena while any object in it lives, so the arenas stay as many as
+  the burst's peak of live objects needed. At 300 TrainJobs: 73 arenas (47 idle) with 50 MB
+  in live blocks and 25 MB free inside them; `malloc_trim(0)` gave back ~4 MiB (182 -> 178
+  MiB) and `MALLOC_ARENA_MAX=2` changed nothing (183 MiB). So the cure is fewer objects alive
+  at once during a burst. The largest such pile found: kopf ran the (synchronous) pod handler
+  on the handler pool, so each pod's ADDED event waited, with the pod's body and kopf's
+  per-event objects, behind the burst's reconciles only to be ignored (inferred from the A/B
+  below, not caught in a snapshot at the peak).
+
+Changes (A/B below: the same benchmark file, full size, one run after the other on this
+machine; "before" from a worktree of commit 2edd00a, "one schedule" from that worktree with
+the changes but the synchronous pod handler). RSS at 1,000 TrainJobs: 290 -> 230 MiB with
+the schedule, -> 125 MiB with the pod handler on the event loop:
+
+4. `operator_main.py`: one timer schedule for all TrainJobs instead of a `kopf.timer` each
+   (same rules: a tick never overlaps the TrainJob's previous one; kopf's finalizer is kept by
+   a no-op `kopf.on.delete`, as the timers kept it); the first tick no longer comes at
+   creation, when the create handler reconciles anyway.
+5. `operator_main.py`: the pod handler is a coroutine on kopf's event loop; a pod event that
+   asks for a reconcile (a change, a deletion, the initial listing) runs it on the pool.
+6. `reconcile/apply.py`: a TrainJob without a status (never reconciled) gets no child LISTs:
+   it has no children, save those a reconcile cut off before its status write created (an
+   operator restart), whose creates answer 409; the next reconcile reads them.
+7. `benchmarks/bench_operator.py`: the operator without the Kubernetes client libraries, as in
+   the image (idle 106 -> 57 MiB; no change to the operator).
+8. `operator_main.py`: 16 handler threads instead of kopf's default 6. With 6, the burst's
+   throughput matched the pool (6 threads / ~0.18 s per reconcile, ~1.5 reconciles per
+   TrainJob during the burst). With 16 the mean reconcile took 0.45-0.57 s instead (it waits
+   longer for the 8 create threads and the API server), burst p99 fell from 6.4-7.2 s to
+   4.7-5.1 s and throughput rose a little (21.4-21.9 vs 18.6-20.7 TrainJobs/s).
+9. `reconcile/fingerprint.py`, `operator_main.py`: a timer tick compares a fingerprint of
+   what a reconcile reads of the TrainJob (generation, labels, annotations but kopf's, status)
+   with the TrainJob as the last reconcile's own writes left it, instead of the
+   `resourceVersion` seen by the last timer reconcile. Before, every new TrainJob's first tick
+   reconciled (its create reconcile's status write and kopf's annotation patch had changed the
+   version), and so did the tick after any tick that wrote. Timer reconciles per TrainJob
+   2.01 -> 0.95 (the rest are ticks a plan asked for and the resync), steady-state timer
+   reconciles at 1,000 TrainJobs 32.7 -> 11.2/s, mean reconcile 0.42 -> 0.13 s; the scale
+   phase (780 TrainJobs created while 220 exist) ran at 22.3 instead of 11.8 TrainJobs/s, p99
+   21.3 instead of 42.9 s. The burst did not move (its TrainJobs are new: their first ticks
+   come after it); RSS at 1,000 TrainJobs read 141.5 MiB in this run (121.5-127.7 before; the
+   fingerprints take no more room than the versions did, so most of it is where the
+   collector stood when sampled).
+
+{ab_table}
+
+Against the issue's goals: RSS at 1,000 TrainJobs is {f(data.get("rss_at_total_mib"), 1)} MiB
+in this run (goal <= 150 MiB; 290 MiB before these changes with the same benchmark, 344 MiB
+in the last committed run, which also counted the `kubernetes` client). Throughput is
+{f(100 * ratio_now, 0)}% of the bound (goal 80%) and burst p99 {f(p99_now, 1)} s (goal 2 s):
+not met (the bound's own figure moves a lot with the machine's load: 52.6-83.2 TrainJobs/s
+across these runs). Changes 4-6 did not move the burst (18.6-20.7 vs 20.4 TrainJobs/s, run
+one after the other: within what the shared machine varies); change 8 cut its p99 by about
+a third but raised its throughput a little only: 21.4-21.9 TrainJobs/s against a bound of
+52.6-74.7 (the bound moves with the other engineers' load), 29-41%; change 9 doubled the
+scale phase's throughput, not the burst's (23.2 TrainJobs/s).
+
+**Where the burst's time went (issue 20, an earlier round).** py-spy (`py-spy record -r 50 -f
+raw`, 25 s of the scale phase, all threads, after change 1 below) on the operator: of the 487
+samples in reconciles, 253 were the 6 child LISTs of `read_children` and 136 the creates and
+writes of `execute_plan`, almost all of it waiting for the API server's answer
+(`SSLSocket.read`); kopf's own processing of events (diff-base annotation, `deepcopy` of
+bodies, its PATCHes) was about 155 of the process's 1,257 samples. The reconciles themselves
+were the waste: a new TrainJob cost **6.4 reconciles** (1 create, 3 from its own Pods being
+ADDED echoing back through the pod watch, 2.4 timer ticks), each a GET and 6 LISTs. Changes,
+A/B on the same machine (200-TrainJob burst then 400 TrainJobs; the baseline run from a
+worktree of the commit before, the same benchmark file; two rounds, run one after the other):
 
 | run | burst TrainJobs/s | burst p50 / p99 s | bound TrainJobs/s | ratio | reconciles/TrainJob |
 |---|---|---|---|---|---|
@@ -813,25 +988,19 @@ the commit before, the same benchmark file; two rounds, run one after the other)
    changes, deletions and kopf's initial listing after a restart still trigger): pod-triggered
    reconciles 1,222 -> 0 for 400 TrainJobs, burst throughput +50%, p50 -37%.
 3. `reconcile/apply.py`: the 6 child LISTs of a reconcile go concurrently on the same threads
-   (one round trip instead of six). Only in the committed run above, with the 1-minute load
-   average between 10 and 35 on the 2 cores (other engineers' API servers and tests): its
-   effect could not be separated from that noise.
+   (one round trip instead of six); its effect could not be separated from the noise of the
+   loaded machine.
 
-Against the issue's goals: the operator reaches 12-35% of the bound (goal 80%), burst p99 is
-11-21 s (goal 2 s), RSS at 1,000 TrainJobs is far above 150 MiB (idle alone is ~106 MiB:
-kopf, aiohttp, pydantic and the renderer imported). With ~3 reconciles per new TrainJob, each a
-GET, 6 LISTs, the creates, a status PATCH and 2 Events, plus kopf's finalizer and diff-base
-PATCHes, the operator sends about 3x the requests of the bound's plain client, and shares the
-2 cores with the API server; 80% needs the reads gone (watch-fed caches of the children
-instead of LISTs, and a first reconcile that trusts an empty status).
-
-The bound itself moved by 2.5x between runs (24.8-61.7 TrainJobs/s) with the other engineers'
-tests on the same 2 cores, so the ratio is noisy; the operator's own figure moved less. Not
-done: the remaining 2 timer reconciles per new TrainJob (the first tick after create, and one
-after the operator's own status/annotation writes change the `resourceVersion`), the 6 LISTs
-per reconcile (one informer cache per kind would replace them), kopf's per-object memory
-(RSS grows ~190 KiB per TrainJob: kopf keeps each body, its diff-base annotation and one timer
-task per object; not profiled yet), and kopf's handler pool size.
+With ~3 reconciles per new TrainJob, each a GET, 6 LISTs, the creates, a status PATCH and 2
+Events, plus kopf's finalizer and diff-base PATCHes, the operator sends about 3x the requests
+of the bound's plain client and shares the 2 cores with the API server. Done since: the
+handler pool size (change 8) and the timer reconcile after the operator's own writes (change
+9). Not done: the 6 LISTs of every later reconcile (one informer cache per kind would
+replace them, but needs `watch` on the 6 kinds in the chart's RBAC, and the cache's bodies
+would cost memory: ~4,000 pods here), kopf's 2 PATCHes per TrainJob (finalizer; diff-base
+and progress annotations) and the 2 Events per create. The
+bound itself moves by 2.5x between runs (24.8-68.9 TrainJobs/s) with the other engineers' work
+on the same 2 cores, so the ratio is noisy.
 """
     return text, headline
 
