@@ -342,6 +342,8 @@ class RayController(BaseController):
             self.coordinator.reply = _ray_reply(group)
             latest = self.manager.latest
             assert spec.run.name is not None and spec.run.storage_path is not None
+            assert spec.run.failure_config is not None
+            relax = spec.run.failure_config.relax_collectives_on_preemption
             ray.get(
                 [
                     w.actor.start.remote(
@@ -363,6 +365,7 @@ class RayController(BaseController):
                         spec.run.checkpoint_upload_mode,
                         self.epoch,
                         self.validation_fn_set,
+                        relax,
                     )
                     for w in group.workers
                 ]

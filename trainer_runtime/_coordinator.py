@@ -61,6 +61,9 @@ class _Round:
     uploaded: set[int] = field(default_factory=set)
     #: What each rank stored (None: written in place, see ``UploadDoneEvent.stored``).
     stored: dict[int, dict[str, StoredFile] | None] = field(default_factory=dict)
+    #: Ranks whose upload was claimed before their report (relaxed collectives, SYNC):
+    #: waited for like the uploads of ranks that reported a checkpoint.
+    claimed: set[int] = field(default_factory=set)
 
     @property
     def checkpoint_uri(self) -> str | None:
@@ -71,7 +74,7 @@ class _Round:
         or not) finished storing it: a round never commits with a shard half-written."""
         if not required <= self.reports.keys():
             return False
-        need = {rank for rank, r in self.reports.items() if r.checkpoint_uri}
+        need = {rank for rank, r in self.reports.items() if r.checkpoint_uri} | self.claimed
         return need <= self.uploaded
 
 
@@ -338,8 +341,25 @@ class RunCoordinator:
             )
             self._answer_queries()
             self._check_stranded()
+        elif event.kind == "upload_claim":
+            self._send(event.rank, event.request_id, self._claim_upload(event.rank, event.payload))
         else:  # pragma: no cover - the session sends only the kinds above
             raise UserConfigError(f"unknown request {event.kind!r} from rank {event.rank}")
+
+    def _claim_upload(self, rank: int, round_index: int) -> bool:
+        """A rank is about to store its checkpoint of ``round_index``: the round now waits
+        for that upload (True), or it was committed without the rank (False: relaxed
+        collectives), and nothing may be written into the committed folder."""
+        if round_index < self._cursor:
+            logger.warning(
+                "Rank %d may not store its checkpoint of report round %d: the round was "
+                "committed without it (relax_collectives_on_preemption)",
+                rank,
+                round_index,
+            )
+            return False
+        self._round(round_index).claimed.add(rank)
+        return True
 
     def _answer_collective(self, seq: int) -> bool:
         """Answer collective ``seq`` if every required rank is in it; whether it was."""

@@ -77,6 +77,7 @@ class TrainSession:
         default_upload_mode: str | None = None,
         driver_epoch: int | None = None,
         validation_fn_set: bool = False,
+        claim_uploads: bool = False,
     ) -> None:
         self.context = context
         self.run_path = context.get_run_path()
@@ -93,6 +94,10 @@ class TrainSession:
         self.fence = FenceCheck(self.storage, self.run_path, driver_epoch) if driver_epoch else None
         #: Whether the trainer has a ``ValidationConfig.fn`` (``report(validation=True)``).
         self.validation_fn_set = validation_fn_set
+        #: ``FailureConfig.relax_collectives_on_preemption``: a round may commit without this
+        #: rank, so each upload first asks the controller whether its round is still open
+        #: (see :meth:`_claim_upload`).
+        self.claim_uploads = claim_uploads and context.world_size > 1
         self._uploader: AsyncUploader | None = None
         self._lock = threading.Lock()
         #: Answers this rank waits for, by request id (see :meth:`request`).
@@ -229,6 +234,7 @@ class TrainSession:
             delete_after = True  # the copy is ours; the reported folder is left as it is
         job = UploadJob(round_index, local_dir, dest, delete_after, take_snapshot(local_dir))
         job.check = self.fence
+        job.claim = self._claim_for(round_index)
         if mode is CheckpointUploadMode.SYNC:
             try:
                 stats = run_upload(self.storage, job)
@@ -243,6 +249,8 @@ class TrainSession:
                     f"uploading checkpoint {checkpoint.path} to {dest} failed: "
                     f"{describe_error(exc)}"
                 ) from exc
+            if stats is None:  # the round was committed without this rank
+                return
             self._sink(event)
             self._on_upload_done(job, stats)
             return
@@ -285,7 +293,16 @@ class TrainSession:
             return dest
 
         job = UploadJob(event.round, Path(checkpoint.path), dest, False, upload_fn=upload)
+        job.claim = self._claim_for(event.round)
         if mode is CheckpointUploadMode.SYNC:
+            if job.claim is not None and not job.claim():
+                logger.warning(
+                    "Not storing checkpoint %s: report round %d was committed without this "
+                    "rank (relax_collectives_on_preemption)",
+                    dest,
+                    event.round,
+                )
+                return
             # The user's exception propagates from report(), as in Ray Train.
             upload()
             self._sink(event)
@@ -339,6 +356,19 @@ class TrainSession:
                 )
 
     # -- uploads --------------------------------------------------------------------------
+    def _claim_for(self, round_index: int) -> Callable[[], bool] | None:
+        """The claim an upload of round ``round_index`` makes first (None: no claim needed)."""
+        if not self.claim_uploads:
+            return None
+        return lambda: self._claim_upload(round_index)
+
+    def _claim_upload(self, round_index: int) -> bool:
+        """Ask the controller to wait for this rank's upload of ``round_index``; False when
+        the round was already committed without this rank (relaxed collectives), so nothing
+        may be written into its folder. Race-free: the controller applies the claim and the
+        commit under one lock, and a round it accepted a claim for waits for that upload."""
+        return bool(self.request("upload_claim", round_index))
+
     def prestart_uploader(self) -> None:
         """Start the background uploader before the train function runs.
 

@@ -76,6 +76,10 @@ class UploadJob:
     #: ``report(checkpoint_upload_fn=...)``: stores the checkpoint itself (and deletes the
     #: source when asked); returns the stored folder. No snapshot or copy of ours then.
     upload_fn: Callable[[], str] | None = None
+    #: Asked once before anything is stored: False when the report round was already
+    #: committed without this rank (``relax_collectives_on_preemption``), and the upload is
+    #: skipped so that nothing is written into a committed checkpoint's folder.
+    claim: Callable[[], bool] | None = None
 
     def __post_init__(self) -> None:
         if self.snapshot is None and self.upload_fn is None:
@@ -86,13 +90,25 @@ OnDone = Callable[[UploadJob, TransferStats], None]
 OnFailed = Callable[[UploadJob, BaseException], None]
 
 
-def run_upload(storage: Storage, job: UploadJob) -> TransferStats:
+def run_upload(storage: Storage, job: UploadJob) -> TransferStats | None:
     """Store the reported files, check the folder did not change meanwhile, then delete the
     local copy when asked (and not the same folder).
 
-    Raises :class:`~trainer_runtime.errors.CheckpointSourceError` when the folder vanished
-    or changed since ``report()``: the checkpoint must not be committed.
+    Returns None, storing nothing, when ``job.claim`` refuses the upload (its round was
+    committed without this rank). Raises :class:`~trainer_runtime.errors.CheckpointSourceError`
+    when the folder vanished or changed since ``report()``: the checkpoint must not be
+    committed.
     """
+    if job.claim is not None and not job.claim():
+        logger.warning(
+            "Not storing checkpoint %s: report round %d was committed without this rank "
+            "(relax_collectives_on_preemption)",
+            job.dest_uri,
+            job.round,
+        )
+        if job.delete_after:
+            shutil.rmtree(job.local_dir, ignore_errors=True)
+        return None
     if job.upload_fn is not None:
         start = time.perf_counter()
         job.dest_uri = job.upload_fn()
@@ -188,6 +204,7 @@ class AsyncUploader:
                         self._error = exc
                     self._on_failed(job, exc)
                 else:
-                    self._on_done(job, stats)
+                    if stats is not None:
+                        self._on_done(job, stats)
             finally:
                 self._queue.task_done()

@@ -160,8 +160,10 @@ class TrainWorker:
         default_upload_mode: str | None = None,
         driver_epoch: int = 0,
         validation_fn_set: bool = False,
+        claim_uploads: bool = False,
     ) -> None:
-        """Start the train function in a thread and return."""
+        """Start the train function in a thread and return (``claim_uploads``: see
+        ``TrainSession``)."""
         self._preloader.wait()
         session = TrainSession(
             context,
@@ -175,6 +177,7 @@ class TrainWorker:
             default_upload_mode=default_upload_mode,
             driver_epoch=driver_epoch,
             validation_fn_set=validation_fn_set,
+            claim_uploads=claim_uploads,
         )
         self._session = session
         self._thread = threading.Thread(

@@ -270,7 +270,8 @@ class FailureConfig:
     #: ``relax_collectives_on_preemption``: once a preemption is noticed, report rounds and
     #: collectives complete with the surviving ranks only, so rank 0 can commit a last
     #: checkpoint without workers that were reclaimed or hang (no effect when rank 0 itself
-    #: is preempted; a preempted rank's checkpoint upload under way is still waited for).
+    #: is preempted; a preempted rank's checkpoint upload under way is still waited for,
+    #: and one that starts after its round committed is skipped, writing nothing).
     max_preemption_failures: int = -1
     relax_collectives_on_preemption: bool = False
     preemption_grace_s: float = 0.0

@@ -9,6 +9,7 @@ import pytest
 
 from trainer_runtime._coordinator import RunCoordinator
 from trainer_runtime._events import ReportEvent, RequestEvent, UploadDoneEvent
+from trainer_runtime._layout import COMMIT_MARKER
 from trainer_runtime.callbacks import Callback
 from trainer_runtime.checkpoint_manager import CheckpointManager, CheckpointRecord, CheckpointStatus
 from trainer_runtime.config import CheckpointConfig
@@ -202,3 +203,77 @@ def test_relaxing_is_refused_when_rank_zero_is_preempted(tmp_path: Path) -> None
     notice = PreemptionInfo(deadline_ms=None, preempted_node_to_ranks={"node-a": [0]})
     assert coordinator.relax_for(notice) is None
     assert coordinator.required_ranks is None and coordinator.manager.latest is None
+
+
+def test_an_upload_claimed_after_its_round_committed_is_refused(tmp_path: Path) -> None:
+    """A preempted rank that is still alive asks before storing its shard of a round the
+    survivors committed without it: refused, so nothing is written into the committed
+    folder. A claim for a round still open is granted, and the round then waits for that
+    upload even though the rank is not required (it reported nothing yet: SYNC stores
+    before it reports)."""
+    coordinator, storage, uri, answers = _relax_fixture(tmp_path, 2)
+    coordinator.relax_for(PreemptionInfo(deadline_ms=None, preempted_node_to_ranks={"b": [1]}))
+    stored = _store_shard(storage, uri, 0)
+    coordinator.handle(ReportEvent(0, 0, {"step": 1}, checkpoint_uri=uri))
+    coordinator.handle(UploadDoneEvent(0, 0, uri, stored=stored))
+    assert coordinator.manager.latest is not None  # committed with rank 0 alone
+
+    coordinator.handle(RequestEvent(1, 5, "upload_claim", 0))
+    assert answers[-1] == (1, 5, False)
+
+    next_uri = uri.replace("checkpoint_000000", "checkpoint_000001")
+    coordinator.handle(RequestEvent(1, 6, "upload_claim", 1))
+    assert answers[-1] == (1, 6, True)
+    stored0 = _store_shard(storage, next_uri, 0)
+    coordinator.handle(ReportEvent(0, 1, {"step": 2}, checkpoint_uri=next_uri))
+    coordinator.handle(UploadDoneEvent(0, 1, next_uri, stored=stored0))
+    assert coordinator.manager.latest.path == uri  # round 1 waits for rank 1's claimed shard
+    stored1 = _store_shard(storage, next_uri, 1)
+    coordinator.handle(ReportEvent(1, 1, {"step": 2}, checkpoint_uri=next_uri))
+    coordinator.handle(UploadDoneEvent(1, 1, next_uri, stored=stored1))
+    latest = coordinator.manager.latest
+    assert latest.path == next_uri and sorted(latest.files) == ["shard_0", "shard_1"]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_late_preempted_rank_writes_nothing_into_a_committed_checkpoint(
+    tmp_path: Path, mode: str
+) -> None:
+    """The whole protocol without Ray: two workers' sessions wired to one coordinator.
+    Rank 1 is preempted and the round commits with rank 0's shard alone; rank 1, alive
+    after all, then reports its shard of that round: its upload is refused before it
+    writes, so the committed folder holds exactly what the commit marker lists, and a
+    restore finds the checkpoint intact."""
+    from trainer_runtime._session import TrainSession
+    from trainer_runtime.checkpoint import Checkpoint
+    from trainer_runtime.context import TrainContext
+
+    coordinator, storage, uri, _ = _relax_fixture(tmp_path, 2)
+    run = uri.rsplit("/", 1)[0]
+    sessions: dict[int, TrainSession] = {}
+    coordinator.reply = lambda rank, request_id, value: sessions[rank].deliver(request_id, value)
+    for rank in (0, 1):
+        context = TrainContext(rank, 2, rank, 2, 0, "run", str(tmp_path))
+        sessions[rank] = TrainSession(
+            context, coordinator.handle, None, round_offset=0, claim_uploads=True
+        )
+    coordinator.relax_for(PreemptionInfo(deadline_ms=None, preempted_node_to_ranks={"b": [1]}))
+
+    def shard(rank: int) -> Checkpoint:
+        folder = tmp_path / f"local_{rank}"
+        folder.mkdir()
+        (folder / f"shard_{rank}").write_bytes(f"weights of rank {rank}".encode())
+        return Checkpoint.from_directory(folder)
+
+    sessions[0].report({"step": 1}, checkpoint=shard(0), checkpoint_upload_mode=mode)
+    sessions[0].finish(None)
+    committed = coordinator.manager.latest
+    assert committed is not None and committed.path == uri
+    sessions[1].report({"step": 1}, checkpoint=shard(1), checkpoint_upload_mode=mode)
+    sessions[1].finish(None)
+
+    assert sorted(storage.list_files(uri)) == [COMMIT_MARKER, "shard_0"]
+    assert sessions[1].latest_checkpoint is None  # its checkpoint was never stored
+    again = CheckpointManager(run, CheckpointConfig(), storage)
+    again.restore()
+    assert [r.name for r in again.records] == ["checkpoint_000000"]
