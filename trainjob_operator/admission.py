@@ -188,9 +188,9 @@ def admission_problems(
     """The lines a denial carries (``field.path: message (hint: ...)``), empty to admit.
 
     A create, and an update that changes ``spec``, must pass :func:`parse_trainjob`. Other
-    updates (metadata such as the operator's finalizer, a TrainJob being deleted) are admitted
-    whatever their spec, so a TrainJob created before the webhook existed can still be
-    finalized and deleted.
+    updates (metadata such as labels or a finalizer being removed, a TrainJob being deleted)
+    are admitted whatever their spec, so a TrainJob created before the webhook existed can
+    still be finalized and deleted.
     """
     if operation == "UPDATE" and (
         _spec_of(body) == _spec_of(old)

@@ -1,9 +1,13 @@
 """The kopf operator: every trigger runs the same level-based reconcile.
 
-Triggers: TrainJob create / spec update / resume (operator restart), a
-periodic timer per TrainJob (deadlines, TTL, validation pool idling, the
-driver's status updates), and changes of pods the operator manages (so pod
-phases are seen at once; a pod's creation is not one, see :func:`pod_event_triggers`).
+Triggers: a TrainJob's watch events when it is new to this process (created, or listed at
+start-up) or its spec changed (:meth:`Operator.event_trigger`), a periodic timer per TrainJob
+(deadlines, TTL, validation pool idling, the driver's status updates), and changes of pods the
+operator manages (so pod phases are seen at once; a pod's creation is not one, see
+:func:`pod_event_triggers`). Only kopf's low-level event handlers are used: its change
+handlers would add a finalizer and a diff-base annotation to every TrainJob (two PATCHes,
+and the create handler ran only once the first had echoed back), which nothing here needs:
+owner references delete the children.
 
 The timers are one :class:`TimerSchedule` for all TrainJobs (a heap of due times on kopf's
 event loop, fed by the TrainJob watch), not a ``kopf.timer`` per TrainJob: kopf keeps an
@@ -32,6 +36,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import copy
 import datetime as dt
 import heapq
 import json
@@ -242,9 +247,12 @@ class Operator:
         self._lock = threading.Lock()
         self._job_locks = KeyedLocks()
         self._waiting: set[tuple[str, str]] = set()
-        #: per TrainJob: (monotonic time its next timer reconcile is due, resourceVersion the
-        #: last timer-triggered reconcile was started for)
+        #: per TrainJob: (monotonic time its next timer reconcile is due, fingerprint of the
+        #: TrainJob as the last reconcile left it)
         self._timer_state: dict[tuple[str, str], tuple[float, str | None]] = {}
+        #: per TrainJob: the ``metadata.generation`` its last successful reconcile read (absent:
+        #: never reconciled by this process; see :meth:`event_trigger`)
+        self._generations: dict[tuple[str, str], Any] = {}
         #: the pool the handlers run reconciles on (kopf's, set by :func:`run_operator`; None:
         #: the event loop's default)
         self.executor: concurrent.futures.Executor | None = None
@@ -261,8 +269,50 @@ class Operator:
             return
         self.reconcile(namespace, name, "timer", fingerprint=fingerprint)
 
+    def event_trigger(self, key: tuple[str, str], generation: Any, event_type: Any) -> str | None:
+        """Which reconcile a watch event of TrainJob ``key`` asks for: ``create`` (``ADDED``)
+        or ``resume`` (the listing at start-up, or any event) for a TrainJob this process has
+        not reconciled yet (or whose last reconcile failed), ``update`` when its
+        ``metadata.generation`` (its spec) changed since the last reconcile read it; None
+        otherwise (the operator's own writes, the driver's status updates: the timer's
+        business)."""
+        with self._lock:
+            if key not in self._generations:
+                return "create" if event_type == "ADDED" else "resume"
+            return "update" if self._generations[key] != generation else None
+
+    def forget(self, key: tuple[str, str]) -> None:
+        """TrainJob ``key`` was deleted: drop what is kept about it."""
+        with self._lock:
+            self._generations.pop(key, None)
+            self._timer_state.pop(key, None)
+            self._phases.pop(key, None)
+
+    def on_event(
+        self, namespace: str, name: str, trigger: str, body: dict[str, Any] | None = None
+    ) -> None:
+        """A watch event's reconcile. kopf does not retry what its event handlers raise, so a
+        failure is logged here and retried by the TrainJob's next timer tick (a failed
+        reconcile forgets the TrainJob's timer state, see :meth:`_reconcile_locked`)."""
+        try:
+            self.reconcile(namespace, name, trigger, body=body)
+        except Exception as exc:  # logged; the next tick retries
+            logger.error(
+                "Reconcile of TrainJob %s/%s (%s) failed, retried at its next timer tick: %s",
+                namespace,
+                name,
+                trigger,
+                exc,
+                exc_info=True,
+            )
+
     def reconcile(
-        self, namespace: str, name: str, trigger: str, fingerprint: str | None = None
+        self,
+        namespace: str,
+        name: str,
+        trigger: str,
+        fingerprint: str | None = None,
+        body: dict[str, Any] | None = None,
     ) -> None:
         """Run one reconcile; errors are retried by kopf with backoff.
 
@@ -272,6 +322,9 @@ class Operator:
         stale status (duplicate events, one's status patch undoing the other's). A trigger
         arriving while another reconcile of the job waits for the lock is dropped: the waiting
         one has not read anything yet, so it sees whatever this trigger was about.
+
+        ``body``: the TrainJob as the triggering watch event showed it, used instead of a GET
+        (only for a TrainJob's first reconcile, when no write of this process can be newer).
         """
         key = (namespace, name)
         with self._lock:
@@ -283,24 +336,33 @@ class Operator:
             with self._job_locks.hold(key):
                 with self._lock:
                     self._waiting.discard(key)
-                self._reconcile_locked(namespace, name, trigger, fingerprint)
+                self._reconcile_locked(namespace, name, trigger, fingerprint, body)
         finally:
             with self._lock:
                 self._waiting.discard(key)
 
     def _reconcile_locked(
-        self, namespace: str, name: str, trigger: str, fingerprint: str | None
+        self,
+        namespace: str,
+        name: str,
+        trigger: str,
+        fingerprint: str | None,
+        body: dict[str, Any] | None,
     ) -> None:
         RECONCILES.labels(trigger).inc()
         key = (namespace, name)
         start = time.perf_counter()
         started = time.monotonic()
+        with self._lock:
+            if key in self._generations:
+                body = None  # reconciled before: read what the last one wrote
         try:
-            plan = reconcile_trainjob(self.client, namespace, name, self.render)
+            plan = reconcile_trainjob(self.client, namespace, name, self.render, obj=body)
         except Exception:
             ERRORS.labels(trigger).inc()
             with self._lock:
                 self._timer_state.pop(key, None)  # the next tick reconciles again
+                self._generations.pop(key, None)  # and so does the next watch event
             raise
         finally:
             DURATION.observe(time.perf_counter() - start)
@@ -308,8 +370,10 @@ class Operator:
             if plan is None:
                 self._phases.pop(key, None)
                 self._timer_state.pop(key, None)
+                self._generations.pop(key, None)
             else:
                 self._phases[key] = plan.new_status.phase
+                self._generations[key] = plan.generation_read
                 wait = self.resync_seconds
                 if plan.requeue_after is not None:
                     wait = min(wait, plan.requeue_after)
@@ -345,33 +409,42 @@ def register(
     feeds (:func:`run_timers` runs it)."""
     schedule = TimerSchedule(timer_interval)
 
-    def on_trainjob(trigger: str) -> Callable[..., None]:
-        def handler(name: str, namespace: str, **_: Any) -> None:
-            operator.reconcile(namespace, name, trigger)
-
-        return handler
-
     async def on_trainjob_event(
-        name: str, namespace: str | None, meta: Any, body: Any, type: Any = None, **_: Any
+        name: str,
+        namespace: str | None,
+        meta: Any,
+        body: Any,
+        event: Any,
+        type: Any = None,
+        **_: Any,
     ) -> None:
-        # Every watch event of a TrainJob (no API call, on the event loop): its latest
-        # fingerprint for the timer's "changed" check.
+        # Every watch event of a TrainJob: its latest fingerprint for the timer's "changed"
+        # check (no API call, on the event loop), and a reconcile on the pool when it is new
+        # to this process or its spec changed (Operator.event_trigger).
         key = (str(namespace or ""), str(name))
         if type == "DELETED" or meta.get("deletionTimestamp"):
             schedule.forget(key)
+            operator.forget(key)
             return
-        schedule.observe(key, trainjob_fingerprint(body), asyncio.get_running_loop().time())
+        loop = asyncio.get_running_loop()
+        schedule.observe(key, trainjob_fingerprint(body), loop.time())
+        trigger = operator.event_trigger(key, meta.get("generation"), type)
+        if trigger is None:
+            return
+        first = trigger in ("create", "resume") and isinstance(event, dict)
+        # (a copy: the reconcile runs on another thread while kopf keeps the event)
+        raw = copy.deepcopy(event.get("object")) if first else None
+        await loop.run_in_executor(
+            operator.executor, operator.on_event, key[0], key[1], trigger, raw
+        )
 
-    async def on_delete(**_: Any) -> None:
-        # Nothing to do (owner references delete the children); it keeps kopf's finalizer on
-        # TrainJobs, as the per-TrainJob kopf.timer did before (README: GitOps).
-        return None
-
-    kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)(on_trainjob("create"))
-    kopf.on.update(GROUP, VERSION, PLURAL, field="spec", registry=registry)(on_trainjob("update"))
-    kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)(on_trainjob("resume"))
+    # Low-level event handlers only (no kopf.on.create/update/resume/delete): kopf's
+    # change-handlers add a finalizer (a PATCH, and the create handler ran only on the event
+    # that PATCH caused) and a diff-base annotation (another PATCH) to every TrainJob, two
+    # writes and two watch events per TrainJob that nothing here needs (issue 20). Children
+    # are deleted by their owner references; a TrainJob of an earlier version still holding
+    # kopf's finalizer gets it removed by kopf (no handler requires it any more).
     kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)(on_trainjob_event)
-    kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry)(on_delete)
 
     async def on_pod(labels: Any, namespace: Any, type: Any = None, **_: Any) -> None:
         # On the event loop: most pod events (their own ADDED) need nothing, and a synchronous

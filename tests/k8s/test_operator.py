@@ -93,7 +93,7 @@ def operator(envtest: EnvTest, crd: None, k8s_namespace: str) -> Iterator[Runnin
 
 
 def remove_trainjobs(envtest: EnvTest, namespace: str) -> None:
-    """Delete the namespace's TrainJobs while the operator runs (it releases kopf's finalizer)."""
+    """Delete the namespace's TrainJobs (and wait until they are gone)."""
     kube = KubeClient(
         KubeConfig(host=envtest.host, token=envtest.token, ca_file=str(envtest.ca_file))
     )
@@ -321,6 +321,41 @@ def test_operator_restart_creates_no_duplicates(
     time.sleep(4)  # resume + several timer ticks
     after = {n: p["metadata"]["uid"] for n, p in pods(kube, ns).items()}
     assert after == before
+
+
+def test_no_finalizer_or_kopf_bookkeeping_and_an_old_finalizer_is_released(
+    kube: KubeClient, operator: RunningOperator
+) -> None:
+    """The operator writes nothing on a TrainJob but its status (and its own annotation when
+    a validation pool idles): no finalizer, no kopf diff-base or progress annotations (issue
+    20: two PATCHes per TrainJob). A TrainJob an earlier build left with kopf's finalizer,
+    and created while the operator was down, is reconciled when the operator starts, and its
+    finalizer is released, so it can be deleted."""
+    ns = operator.namespace
+    make_job(kube, ns)
+    wait_for("Starting", lambda: job_status(kube, ns).get("phase") == "Starting")
+    time.sleep(2)  # timer ticks (1 s here) and any bookkeeping kopf would do
+    meta = kube.get("TrainJob", ns, "quickstart")["metadata"]  # type: ignore[index]
+    assert not meta.get("finalizers"), meta
+    assert not [k for k in meta.get("annotations") or {} if k.startswith("trainjob.dev/")], meta
+
+    operator.stop()
+    body = copy.deepcopy(QUICKSTART)
+    body["metadata"] = {
+        "name": "legacy",
+        "namespace": ns,
+        "finalizers": ["trainjob.dev/finalizer"],
+        "annotations": {"trainjob.dev/last-handled-configuration": "{}"},
+    }
+    kube.create(body, ns)
+    operator.start()
+    wait_for("legacy reconciled", lambda: len(pods(kube, ns, "legacy")) == 4)
+    wait_for(
+        "finalizer released",
+        lambda: not kube.get("TrainJob", ns, "legacy")["metadata"].get("finalizers"),  # type: ignore[index]
+    )
+    kube.delete("TrainJob", ns, "legacy")
+    wait_for("legacy deleted", lambda: kube.get("TrainJob", ns, "legacy") is None)
 
 
 @pytest.mark.parametrize(

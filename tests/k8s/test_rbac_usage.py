@@ -30,9 +30,9 @@ pytestmark = pytest.mark.k8s
 REPO = Path(__file__).resolve().parents[2]
 
 #: (verb, group, resource) kopf itself uses: its watches (list + watch) of TrainJobs and of
-#: the managed pods (kopf.on.event), the progress/finalizer annotations it patches on
-#: TrainJobs (kopf._core.actions.progression), and the events it posts for handler outcomes
-#: (kopf._core.engines.posting).
+#: the managed pods (kopf.on.event), the patch that removes the finalizer an earlier version's
+#: change handlers left on a TrainJob (kopf._core.reactor.processing), and the events it posts
+#: for handler outcomes (kopf._core.engines.posting).
 KOPF_USES = {
     ("list", "trainjob.dev", "trainjobs"),
     ("watch", "trainjob.dev", "trainjobs"),

@@ -72,7 +72,7 @@ def _overlap_counter(
     active: dict[tuple[str, str], int] = {}
     peak: dict[tuple[str, str], int] = {}
 
-    def fake(client: Any, namespace: str, name: str, render: Any) -> Plan:
+    def fake(client: Any, namespace: str, name: str, render: Any, obj: Any = None) -> Plan:
         key = (namespace, name)
         with lock:
             active[key] = active.get(key, 0) + 1
@@ -106,7 +106,7 @@ def test_reconciles_of_different_trainjobs_run_concurrently(
 ) -> None:
     started = threading.Barrier(2, timeout=5)
 
-    def fake(client: Any, namespace: str, name: str, render: Any) -> Plan:
+    def fake(client: Any, namespace: str, name: str, render: Any, obj: Any = None) -> Plan:
         started.wait()  # both must be inside at once, or this times out
         return Plan(TrainJobStatus(phase=Phase.RUNNING))
 
@@ -127,7 +127,7 @@ def test_a_trigger_is_dropped_while_a_reconcile_of_the_same_job_waits(
     release = threading.Event()
     runs: list[str] = []
 
-    def fake(client: Any, namespace: str, name: str, render: Any) -> Plan:
+    def fake(client: Any, namespace: str, name: str, render: Any, obj: Any = None) -> Plan:
         runs.append(name)
         if len(runs) == 1:
             inside.set()
@@ -160,7 +160,7 @@ def test_timer_reconciles_only_on_change_when_due_or_at_resync(
     runs: list[str] = []
     requeue: list[float | None] = [None]
 
-    def fake(client: Any, namespace: str, name: str, render: Any) -> Plan:
+    def fake(client: Any, namespace: str, name: str, render: Any, obj: Any = None) -> Plan:
         runs.append(name)
         return Plan(TrainJobStatus(phase=Phase.RUNNING), requeue_after=requeue[0])
 
@@ -200,7 +200,7 @@ def test_the_timer_ignores_the_operators_own_writes_and_kopfs_bookkeeping(
     }
     runs: list[str] = []
 
-    def fake(client: Any, namespace: str, name: str, render: Any) -> Plan:
+    def fake(client: Any, namespace: str, name: str, render: Any, obj: Any = None) -> Plan:
         runs.append(name)
         plan = Plan(TrainJobStatus(phase=Phase.RUNNING))
         plan.trainjob_after = copy.deepcopy(left)
@@ -294,7 +294,7 @@ def test_invalid_child_message_names_each_field() -> None:
 def test_jobs_gauge_has_a_series_for_every_phase(monkeypatch: pytest.MonkeyPatch) -> None:
     from prometheus_client import REGISTRY
 
-    def fake(client: Any, namespace: str, name: str, render: Any) -> Plan:
+    def fake(client: Any, namespace: str, name: str, render: Any, obj: Any = None) -> Plan:
         return Plan(TrainJobStatus(phase=Phase.SUSPENDED))
 
     monkeypatch.setattr(operator_main, "reconcile_trainjob", fake)
@@ -370,3 +370,48 @@ def test_run_timers_calls_on_timer_with_the_latest_version_and_survives_errors()
                 await task
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_watch_events_reconcile_new_trainjobs_and_spec_changes_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kopf's change handlers are gone (issue 20): a TrainJob's watch events ask for a
+    reconcile when this process has not reconciled it yet (created, or listed at start-up,
+    or its last reconcile failed) or its generation moved since the last reconcile read it;
+    the operator's own writes and status updates are left to the timer."""
+    generation = [1]
+    fail = [False]
+    bodies: list[Any] = []
+
+    def fake(client: Any, namespace: str, name: str, render: Any, obj: Any = None) -> Plan:
+        bodies.append(obj)
+        if fail[0]:
+            raise RuntimeError("API server unavailable")
+        plan = Plan(TrainJobStatus(phase=Phase.RUNNING))
+        plan.generation_read = generation[0]
+        return plan
+
+    monkeypatch.setattr(operator_main, "reconcile_trainjob", fake)
+    op = Operator(client=None, render=lambda *a: [])  # type: ignore[arg-type]
+    key = ("ns", "a")
+    assert op.event_trigger(key, 1, "ADDED") == "create"
+    assert op.event_trigger(key, 1, None) == "resume"  # kopf's listing at start-up
+    watched = {"metadata": {"name": "a", "generation": 1}}
+    op.on_event("ns", "a", "create", body=watched)
+    assert bodies == [watched]  # the first reconcile plans from the watch event (no GET)
+    assert op.event_trigger(key, 1, "MODIFIED") is None  # e.g. its own status write
+    assert op.event_trigger(key, 2, "MODIFIED") == "update"
+    generation[0] = 2
+    op.on_event("ns", "a", "update", body=watched)
+    assert bodies[-1] is None  # reconciled before: it reads the TrainJob
+    assert op.event_trigger(key, 2, "MODIFIED") is None
+
+    fail[0] = True
+    op.on_event("ns", "a", "update")  # logged, not raised (kopf would not retry it)
+    assert op.event_trigger(key, 2, "MODIFIED") == "resume"  # the next event retries
+    with pytest.raises(RuntimeError):  # and so does the next timer tick (run_timers logs it)
+        op.on_timer("ns", "a", "fingerprint")
+    assert len(bodies) == 4
+    fail[0] = False
+    op.forget(key)
+    assert op.event_trigger(key, 1, "ADDED") == "create"  # deleted and created again

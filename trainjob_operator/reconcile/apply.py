@@ -147,8 +147,8 @@ def execute_plan(
     client: KubeClient, obj: dict[str, Any], plan: Plan, now: dt.datetime
 ) -> dict[str, Any]:
     """Carry out ``plan`` for the TrainJob ``obj``: deletes, creates, one status write (or the
-    TrainJob's deletion), the annotation patch, the Events. Returns the TrainJob as the last
-    write answered it (``obj`` when nothing was written)."""
+    TrainJob's deletion) and the annotation patch, with the Events alongside. Returns the
+    TrainJob as the last write answered it (``obj`` when nothing was written)."""
     meta = obj["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     for kind, child in plan.delete:
@@ -160,26 +160,44 @@ def execute_plan(
         manifest, exc = rejected
         plan.fail_rejected_child(manifest, exc.body, now)
     written = obj
-    if plan.delete_trainjob:
-        client.delete(KIND, namespace, name)
-    else:
-        patch = plan.status_patch()
-        if patch is not None:
-            written = client.patch(KIND, namespace, name, {"status": patch}, subresource="status")
-        if plan.annotations:
-            annotations = {"metadata": {"annotations": plan.annotations}}
-            written = client.patch(KIND, namespace, name, annotations)
-    for event in plan.events:
-        post_event(client, obj, event, now)
+    # The Events go concurrently with the TrainJob's own writes (one round trip, not three
+    # for a new TrainJob's; issue 20), and are all posted when this returns.
+    posted = [_pool().submit(post_event, client, obj, event, now) for event in plan.events]
+    try:
+        if plan.delete_trainjob:
+            client.delete(KIND, namespace, name)
+        else:
+            patch = plan.status_patch()
+            if patch is not None:
+                written = client.patch(
+                    KIND, namespace, name, {"status": patch}, subresource="status"
+                )
+            if plan.annotations:
+                annotations = {"metadata": {"annotations": plan.annotations}}
+                written = client.patch(KIND, namespace, name, annotations)
+    finally:
+        for future in posted:
+            future.exception()  # wait (post_event logs what the API server refuses)
+    for future in posted:
+        future.result()
     return written or obj
 
 
 def reconcile_trainjob(
-    client: KubeClient, namespace: str, name: str, render: Renderer, now: dt.datetime | None = None
+    client: KubeClient,
+    namespace: str,
+    name: str,
+    render: Renderer,
+    now: dt.datetime | None = None,
+    obj: dict[str, Any] | None = None,
 ) -> Plan | None:
-    """Bring one TrainJob's children and status to what its spec asks for."""
+    """Bring one TrainJob's children and status to what its spec asks for.
+
+    ``obj``: the TrainJob as a watch event just showed it, instead of reading it (a GET);
+    only when nothing this process wrote can be newer (its first reconcile)."""
     now = now or _now()
-    obj = client.get(KIND, namespace, name)
+    if obj is None:
+        obj = client.get(KIND, namespace, name)
     if obj is None or obj["metadata"].get("deletionTimestamp"):
         return None  # gone: owner references let the garbage collector delete the children
     meta = obj["metadata"]
@@ -207,6 +225,7 @@ def reconcile_trainjob(
             generation=generation,
         )
     plan.trainjob_after = execute_plan(client, obj, plan, now)
+    plan.generation_read = generation
     return plan
 
 

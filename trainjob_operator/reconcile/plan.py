@@ -174,6 +174,9 @@ class Plan:
     #: the TrainJob as this reconcile left it (set once the plan was carried out; what the
     #: operator's timer compares the next watch events with).
     trainjob_after: dict[str, Any] | None = None
+    #: the TrainJob's ``metadata.generation`` this plan was made from (set with
+    #: ``trainjob_after``; a spec change after it asks for another reconcile).
+    generation_read: int | None = None
 
     @property
     def status(self) -> dict[str, Any]:
