@@ -107,8 +107,8 @@ def operator(gke: GkeCluster) -> Iterator[None]:
 def namespace(
     request: pytest.FixtureRequest, gke: GkeCluster, kube: KubeClient, operator: None
 ) -> Iterator[str]:
-    """A namespace of its own; afterwards its TrainJobs are deleted (while the operator runs,
-    so it releases its finalizer) and its pods force-deleted, freeing the nodes: without a
+    """A namespace of its own; afterwards its TrainJobs are deleted and its pods
+    force-deleted, freeing the nodes: without a
     kubelet, a bound pod would otherwise stay Terminating and keep its node's TPUs."""
     name = k8s_conftest._namespace_name(request.node.name)
     namespace_body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
