@@ -31,6 +31,7 @@ __all__ = [
     "ROLE_LABEL",
     "SLICE_ID_LABEL",
     "SLICE_LABEL",
+    "SPEC_GENERATION_ANNOTATION",
     "SPEC_HASH_ANNOTATION",
     "TERMINATION_GRACE_ENV",
     "TIMESTAMP_FORMAT",
@@ -88,7 +89,12 @@ in the cluster. The slice's node-pool affinity and its anti-affinity against eve
 ATTEMPT_LABEL = f"{GROUP}/attempt"
 """Whole-cluster restart counter (``status.restarts``) on every pod; a restart renders new pods."""
 SPEC_HASH_ANNOTATION = f"{GROUP}/spec-hash"
-"""Hash of the rendered object (without this annotation); a change means "recreate"."""
+"""Hash of the rendered object (without this annotation); a change means "recreate" when the
+TrainJob's spec changed since the pod was created (:data:`SPEC_GENERATION_ANNOTATION`)."""
+SPEC_GENERATION_ANNOTATION = f"{GROUP}/spec-generation"
+"""On each pod: the TrainJob's ``metadata.generation`` it was created for (not hashed). A pod
+whose spec hash differs although the spec did not change since (a new operator version
+renders differently) is left running: an operator upgrade does not restart training."""
 LAST_DEMAND_ANNOTATION = f"{GROUP}/validation-last-demand"
 """On the TrainJob: when the validation pool last had work (scale-to-zero after an idle time)."""
 FINALIZER = f"{GROUP}/finalizer"

@@ -271,6 +271,38 @@ def test_changed_pod_spec_replaces_the_pod() -> None:
     assert same.delete == []
 
 
+def test_an_operator_upgrade_alone_replaces_no_pod_and_the_next_spec_change_does() -> None:
+    """A new operator build may render pods differently (another env var, label...): their
+    spec hash changes although the TrainJob's spec did not. KubeRay does not restart
+    clusters on its upgrades, and neither does this operator: a pod is replaced only when
+    the TrainJob's generation moved since the pod was created (stamped on it at creation;
+    for a pod of a build that did not stamp it, since the last reconcile planned)."""
+    rendered = _desired()
+    created = plan_reconcile(_job(), {"phase": "Pending"}, [], rendered, NOW, generation=4)
+    stamped = [p["metadata"]["annotations"] for p in created.create if p["kind"] == "Pod"]
+    assert len(stamped) == 4
+    assert all(a["trainjob.dev/spec-generation"] == "4" for a in stamped)
+    # the rendered objects are left as they were (the stamp is not in the spec hash)
+    assert all("trainjob.dev/spec-generation" not in a for a in _metadata_annotations(rendered))
+
+    running = {"phase": "Running", "observedGeneration": 4}
+    observed = _with_hash(_running(), "old")
+    for pod in observed:
+        pod["metadata"]["annotations"]["trainjob.dev/spec-generation"] = "4"
+    upgraded = _with_hash(_desired(), "new")  # every pod renders differently now
+    assert plan_reconcile(_job(), running, observed, upgraded, NOW, generation=4).delete == []
+    changed = plan_reconcile(_job(), running, observed, upgraded, NOW, generation=5)
+    assert len(changed.delete) == 4 and "SpecChanged" in [e.reason for e in changed.events]
+
+    legacy = _with_hash(_running(), "old")  # created by a build that stamped no generation
+    assert plan_reconcile(_job(), running, legacy, upgraded, NOW, generation=4).delete == []
+    assert len(plan_reconcile(_job(), running, legacy, upgraded, NOW, generation=5).delete) == 4
+
+
+def _metadata_annotations(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [o["metadata"].get("annotations") or {} for o in objs]
+
+
 # --------------------------------------------------------------------------- validation pool
 
 

@@ -68,6 +68,7 @@ from trainjob_operator.constants import (
     LAST_DEMAND_ANNOTATION,
     ROLE_LABEL,
     SLICE_LABEL,
+    SPEC_GENERATION_ANNOTATION,
     SPEC_HASH_ANNOTATION,
     format_time,
     parse_time,
@@ -577,6 +578,8 @@ class Reconcile:
     now: dt.datetime
     generation: int | None
     plan: Plan
+    #: ``status.observedGeneration`` as read: the generation the last reconcile planned for.
+    previous_generation: int | None = None
     attempt: int = field(init=False)
     pods: list[dict[str, Any]] = field(init=False)
     stale_pods: list[dict[str, Any]] = field(init=False)
@@ -609,8 +612,9 @@ class Reconcile:
         new = _as_status(status)
         plan = Plan(new_status=new, observed_status=_operator_keys(_status_dict(new)))
         new.restarts = new.restarts  # 0 for a new job
+        previous = new.observed_generation
         new.observed_generation = generation
-        return cls(job, observed, desired, now, generation, plan)
+        return cls(job, observed, desired, now, generation, plan, previous)
 
     @property
     def status(self) -> TrainJobStatus:
@@ -1006,20 +1010,41 @@ def check_worker_replacement_if_needed(r: Reconcile) -> None:
 
 
 def check_spec_changes_if_needed(r: Reconcile) -> None:
-    """A pod whose rendered spec changed (image, resources, env... : its spec-hash annotation
-    differs) is replaced; the runtime resumes the workers from the latest checkpoint."""
+    """A pod whose rendered spec changed with the TrainJob's spec (image, resources, env...:
+    its spec-hash annotation differs) is replaced; the runtime resumes the workers from the
+    latest checkpoint. A pod rendered differently only because the operator changed (an
+    upgrade: the TrainJob's spec is the one it was created for) keeps running, as KubeRay
+    does not restart clusters on its upgrades; the next spec change replaces it."""
     desired_hash = {_name(d): _spec_hash(d) for d in r.desired if d.get("kind") == "Pod"}
     for pod in r.current_pods:
         want = desired_hash.get(_name(pod))
-        if want is not None and _spec_hash(pod) not in (None, want) and not r.deleting(_name(pod)):
-            r.plan.delete.append(("Pod", _name(pod)))
-            r.plan.events.append(
-                Event(
-                    EventType.NORMAL,
-                    Reason.SPEC_CHANGED,
-                    f"pod {_name(pod)} replaced to apply the new spec",
-                )
+        if want is None or _spec_hash(pod) in (None, want) or r.deleting(_name(pod)):
+            continue
+        if not _spec_changed_since_created(r, pod):
+            continue
+        r.plan.delete.append(("Pod", _name(pod)))
+        r.plan.events.append(
+            Event(
+                EventType.NORMAL,
+                Reason.SPEC_CHANGED,
+                f"pod {_name(pod)} replaced to apply the new spec",
             )
+        )
+
+
+def _spec_changed_since_created(r: Reconcile, pod: dict[str, Any]) -> bool:
+    """Whether the TrainJob's spec changed since ``pod`` was created: the generation it was
+    created for (:data:`SPEC_GENERATION_ANNOTATION`) is not the current one. For a pod an
+    earlier operator build created without it: whether the spec changed since the last
+    reconcile planned (``status.observedGeneration``)."""
+    if r.generation is None:
+        return True
+    recorded = ((pod.get("metadata") or {}).get("annotations") or {}).get(
+        SPEC_GENERATION_ANNOTATION
+    )
+    if recorded is None:
+        return r.previous_generation != r.generation
+    return str(recorded) != str(r.generation)
 
 
 def check_restart_backoff_if_needed(r: Reconcile) -> bool:
@@ -1047,9 +1072,20 @@ def create_missing_children(r: Reconcile) -> None:
     for obj in r.desired:
         key = (str(obj.get("kind")), _name(obj))
         if key not in existing:
-            r.plan.create.append(obj)
+            r.plan.create.append(_with_spec_generation(obj, r.generation))
         elif key[0] == "Pod" and r.deleting(key[1]):
             r.plan.requeue_at_most(1.0)  # recreated once the old pod is gone
+
+
+def _with_spec_generation(obj: dict[str, Any], generation: int | None) -> dict[str, Any]:
+    """A pod to create, stamped with the TrainJob generation it is created for (outside its
+    spec hash, which the renderer computed); other kinds and unknown generations as they
+    are. A copy: the rendered object is left alone."""
+    if obj.get("kind") != "Pod" or generation is None:
+        return obj
+    meta = obj["metadata"]
+    annotations = {**(meta.get("annotations") or {}), SPEC_GENERATION_ANNOTATION: str(generation)}
+    return {**obj, "metadata": {**meta, "annotations": annotations}}
 
 
 def check_dashboard_if_needed(r: Reconcile) -> None:
