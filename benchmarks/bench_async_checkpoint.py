@@ -60,6 +60,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import common
+from trainer_runtime.storage.local import _fsync_path as _fsync  # the same fsync(2) as ours
 
 NAME = "async_checkpoint"
 
@@ -128,15 +129,6 @@ def _instrument_uploads(framework: str, log_path: Path, phase: dict[str, str]) -
 
     _upload_checkpoint._bench_wrapped = True  # type: ignore[attr-defined]
     cls._upload_checkpoint = _upload_checkpoint  # type: ignore[method-assign]
-
-
-def _fsync(path: Path) -> None:
-    """``fsync(2)`` a file or folder."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class PlainTransfer:
