@@ -295,18 +295,12 @@ class TrainSession:
         job = UploadJob(event.round, Path(checkpoint.path), dest, False, upload_fn=upload)
         job.claim = self._claim_for(event.round)
         if mode is CheckpointUploadMode.SYNC:
-            if job.claim is not None and not job.claim():
-                logger.warning(
-                    "Not storing checkpoint %s: report round %d was committed without this "
-                    "rank (relax_collectives_on_preemption)",
-                    dest,
-                    event.round,
-                )
-                return
             # The user's exception propagates from report(), as in Ray Train.
-            upload()
+            stats = run_upload(self.storage, job)
+            if stats is None:  # the round was committed without this rank
+                return
             self._sink(event)
-            self._on_upload_done(job, TransferStats())
+            self._on_upload_done(job, stats)
             return
         self._sink(event)
         self._get_uploader().submit(job)
