@@ -69,6 +69,8 @@ logger = logging.getLogger("trainjob_operator")
 
 MANAGED = {MANAGED_BY_LABEL: "trainjob-operator"}
 
+#: kopf's per-object logger (handler outcomes, with the object's name and namespace).
+KOPF_OBJECT_LOGGER = "kopf.objects"
 #: Longest a TrainJob goes without a reconcile when nothing happens to it.
 DEFAULT_RESYNC_SECONDS = 60.0
 #: Reconciles that run at once (kopf's synchronous handlers and the timer ticks). Each mostly
@@ -128,6 +130,11 @@ class KeyedLocks:
                     del self._locks[key]
                 else:
                     self._locks[key] = (lock, users - 1)
+
+    def busy(self, key: Any) -> bool:
+        """Whether someone holds or waits for ``key``'s lock."""
+        with self._mutex:
+            return key in self._locks
 
     def __len__(self) -> int:
         with self._mutex:
@@ -246,7 +253,12 @@ class Operator:
         self._phases: dict[tuple[str, str], Phase | None] = {}
         self._lock = threading.Lock()
         self._job_locks = KeyedLocks()
+        #: TrainJobs with a reconcile waiting to start (for a thread of the pool or for the
+        #: TrainJob's lock): another trigger meanwhile is coalesced into it
         self._waiting: set[tuple[str, str]] = set()
+        #: per waiting TrainJob: the newest watch body its reconcile may plan from (see
+        #: :meth:`reconcile`'s ``body``)
+        self._bodies: dict[tuple[str, str], dict[str, Any]] = {}
         #: per TrainJob: (monotonic time its next timer reconcile is due, fingerprint of the
         #: TrainJob as the last reconcile left it)
         self._timer_state: dict[tuple[str, str], tuple[float, str | None]] = {}
@@ -259,26 +271,36 @@ class Operator:
 
     def on_timer(self, namespace: str, name: str, fingerprint: str | None) -> None:
         """A timer tick: reconcile only if the TrainJob changed, a callback is due, or the
-        resync period passed (see the module docstring)."""
+        resync period passed (see the module docstring); never while a reconcile of it runs or
+        waits (that one reads the TrainJob after whatever this tick is about, and its
+        outcome decides the next tick: during a burst a new TrainJob's first tick often came
+        while its first reconcile ran, and reconciled it a second time; issue 20)."""
         key = (namespace, name)
         with self._lock:
             due, seen = self._timer_state.get(key, (0.0, None))
+            busy = key in self._waiting
+        if busy or self._job_locks.busy(key):
+            SKIPPED.labels("timer", "busy").inc()
+            return
         unchanged = fingerprint is not None and fingerprint == seen
         if unchanged and time.monotonic() < due:
             SKIPPED.labels("timer", "unchanged").inc()
             return
         self.reconcile(namespace, name, "timer", fingerprint=fingerprint)
 
-    def event_trigger(self, key: tuple[str, str], generation: Any, event_type: Any) -> str | None:
-        """Which reconcile a watch event of TrainJob ``key`` asks for: ``create`` (``ADDED``)
-        or ``resume`` (the listing at start-up, or any event) for a TrainJob this process has
-        not reconciled yet (or whose last reconcile failed), ``update`` when its
-        ``metadata.generation`` (its spec) changed since the last reconcile read it; None
+    def event_trigger(
+        self, key: tuple[str, str], generation: Any, event_type: Any, has_status: bool = True
+    ) -> str | None:
+        """Which reconcile a watch event of TrainJob ``key`` asks for, when this process has
+        not reconciled it yet (or its last reconcile failed): ``create`` for a new TrainJob
+        (``ADDED``, or one without a status, which no reconcile has touched, seen in the
+        listing at start-up), ``resume`` for any other; once reconciled, ``update`` when its
+        ``metadata.generation`` (its spec) changed since the last reconcile read it, None
         otherwise (the operator's own writes, the driver's status updates: the timer's
         business)."""
         with self._lock:
             if key not in self._generations:
-                return "create" if event_type == "ADDED" else "resume"
+                return "create" if event_type == "ADDED" or not has_status else "resume"
             return "update" if self._generations[key] != generation else None
 
     def forget(self, key: tuple[str, str]) -> None:
@@ -287,15 +309,42 @@ class Operator:
             self._generations.pop(key, None)
             self._timer_state.pop(key, None)
             self._phases.pop(key, None)
+            self._bodies.pop(key, None)
+
+    def enqueue(
+        self, key: tuple[str, str], trigger: str, body: dict[str, Any] | None = None
+    ) -> bool:
+        """Note that a reconcile of TrainJob ``key`` is about to wait for a thread; False
+        (the trigger is dropped, counted as coalesced) when one already waits, to start or for
+        the TrainJob's lock: it has read nothing yet, so it sees whatever this trigger was
+        about. A ``body`` (a newer watch event's) replaces the waiting reconcile's.
+
+        Checked on the event loop before a reconcile is handed to the pool, so that during a
+        burst a TrainJob whose first reconcile still waits for a thread gets no second one
+        from its timer tick or its pods' events (each would read it and its children again,
+        and the queue would grow with the load; issue 20)."""
+        with self._lock:
+            if body is not None:
+                self._bodies[key] = body
+            if key in self._waiting:
+                SKIPPED.labels(trigger, "coalesced").inc()
+                return False
+            self._waiting.add(key)
+            return True
 
     def on_event(
-        self, namespace: str, name: str, trigger: str, body: dict[str, Any] | None = None
+        self,
+        namespace: str,
+        name: str,
+        trigger: str,
+        body: dict[str, Any] | None = None,
+        enqueued: bool = False,
     ) -> None:
         """A watch event's reconcile. kopf does not retry what its event handlers raise, so a
         failure is logged here and retried by the TrainJob's next timer tick (a failed
         reconcile forgets the TrainJob's timer state, see :meth:`_reconcile_locked`)."""
         try:
-            self.reconcile(namespace, name, trigger, body=body)
+            self.reconcile(namespace, name, trigger, body=body, enqueued=enqueued)
         except Exception as exc:  # logged; the next tick retries
             logger.error(
                 "Reconcile of TrainJob %s/%s (%s) failed, retried at its next timer tick: %s",
@@ -313,29 +362,28 @@ class Operator:
         trigger: str,
         fingerprint: str | None = None,
         body: dict[str, Any] | None = None,
+        enqueued: bool = False,
     ) -> None:
-        """Run one reconcile; errors are retried by kopf with backoff.
+        """Run one reconcile (what it raises, the caller logs; the next trigger retries).
 
         kopf runs the handlers of different objects concurrently (the TrainJob's timer, its
         pods' events), so reconciles of one TrainJob are serialized here: each one reads the
         status and children the previous one wrote. Two at once would both act on the same
         stale status (duplicate events, one's status patch undoing the other's). A trigger
-        arriving while another reconcile of the job waits for the lock is dropped: the waiting
-        one has not read anything yet, so it sees whatever this trigger was about.
+        arriving while another reconcile of the job waits is dropped (:meth:`enqueue`).
 
         ``body``: the TrainJob as the triggering watch event showed it, used instead of a GET
         (only for a TrainJob's first reconcile, when no write of this process can be newer).
+        ``enqueued``: :meth:`enqueue` was called for this reconcile already (with its body).
         """
         key = (namespace, name)
-        with self._lock:
-            if key in self._waiting:
-                SKIPPED.labels(trigger, "coalesced").inc()
-                return
-            self._waiting.add(key)
+        if not enqueued and not self.enqueue(key, trigger, body):
+            return
         try:
             with self._job_locks.hold(key):
                 with self._lock:
                     self._waiting.discard(key)
+                    body = self._bodies.pop(key, None)
                 self._reconcile_locked(namespace, name, trigger, fingerprint, body)
         finally:
             with self._lock:
@@ -382,8 +430,8 @@ class Operator:
                 _, seen = self._timer_state.get(key, (0.0, None))
                 if trigger == "timer":
                     seen = fingerprint
-                if plan.trainjob_after is not None:
-                    seen = trainjob_fingerprint(plan.trainjob_after)
+                if plan.fingerprint_after is not None:
+                    seen = plan.fingerprint_after
                 self._timer_state[key] = (started + wait, seen)
             counts = collections.Counter(self._phases.values())
             for phase in Phase:
@@ -428,15 +476,18 @@ def register(
             return
         loop = asyncio.get_running_loop()
         schedule.observe(key, trainjob_fingerprint(body), loop.time())
-        trigger = operator.event_trigger(key, meta.get("generation"), type)
+        trigger = operator.event_trigger(
+            key, meta.get("generation"), type, has_status=bool(body.get("status"))
+        )
         if trigger is None:
             return
         first = trigger in ("create", "resume") and isinstance(event, dict)
         # (a copy: the reconcile runs on another thread while kopf keeps the event)
         raw = copy.deepcopy(event.get("object")) if first else None
-        await loop.run_in_executor(
-            operator.executor, operator.on_event, key[0], key[1], trigger, raw
-        )
+        if operator.enqueue(key, trigger, raw):
+            await loop.run_in_executor(
+                operator.executor, operator.on_event, key[0], key[1], trigger, None, True
+            )
 
     # Low-level event handlers only (no kopf.on.create/update/resume/delete): kopf's
     # change-handlers add a finalizer (a PATCH, and the create handler ran only on the event
@@ -451,13 +502,46 @@ def register(
         # handler would wait for a thread of the pool, behind the reconciles, holding the
         # pod's body meanwhile (during a burst: thousands of them; issue 20).
         job = labels.get(NAME_LABEL)
-        if job and namespace and pod_event_triggers(type):
+        if not (job and namespace and pod_event_triggers(type)):
+            return
+        if operator.enqueue((str(namespace), str(job)), "pod"):
             await asyncio.get_running_loop().run_in_executor(
-                operator.executor, operator.reconcile, str(namespace), str(job), "pod"
+                operator.executor,
+                operator.reconcile,
+                str(namespace),
+                str(job),
+                "pod",
+                None,
+                None,
+                True,
             )
 
     kopf.on.event("", "v1", "pods", labels=MANAGED, registry=registry)(on_pod)
     return schedule
+
+
+class NoDiffBase(kopf.DiffBaseStorage):
+    """A diff-base storage that keeps nothing and copies nothing.
+
+    kopf builds the "essence" of every object it watches on every watch event (a deep copy of
+    the body, pods included) and diffs it with the stored one, for its change handlers
+    (``kopf.on.create/update/...``). This operator has none (see :func:`register`), so that
+    work was wasted, on the one event-loop thread every watch event goes through: about a
+    sixth of the operator's busy CPU samples during a burst of new TrainJobs
+    (``py-spy``, ``benchmarks/bench_operator.py``; issue 20).
+    """
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        """An empty essence: nothing is compared."""
+        return kopf.BodyEssence()
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        """No stored essence."""
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        """Nothing is stored (no annotation is written)."""
+        return None
 
 
 def configure(settings: kopf.OperatorSettings) -> None:
@@ -468,9 +552,7 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.posting.level = logging.WARNING
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="trainjob.dev")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix="trainjob.dev", key="last-handled-configuration"
-    )
+    settings.persistence.diffbase_storage = NoDiffBase()
     settings.queueing.error_delays = [1, 2, 5, 10, 30]
     settings.background.cancellation_polling = 2
 
@@ -623,6 +705,10 @@ def configure_logging(verbose: bool = False) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
+    # kopf logs "Handler ... succeeded." at INFO for every watch event it hands to a handler
+    # (every pod and TrainJob event: thousands of lines during a burst, formatted on the event
+    # loop; issue 20); its warnings and errors, and everything with --verbose, still show.
+    logging.getLogger(KOPF_OBJECT_LOGGER).setLevel(logging.DEBUG if verbose else logging.WARNING)
 
 
 def start_metrics_server(port: int, addr: str = "0.0.0.0") -> Any:
@@ -668,6 +754,7 @@ def operator_command(args: argparse.Namespace) -> int:
 __all__ = [
     "JsonFormatter",
     "KeyedLocks",
+    "NoDiffBase",
     "Operator",
     "TimerSchedule",
     "TrainJob",

@@ -60,8 +60,30 @@ def test_json_formatter_adds_kopf_object_and_namespace_and_exception() -> None:
 def test_configure_logging_installs_the_json_formatter(monkeypatch: pytest.MonkeyPatch) -> None:
     root = logging.getLogger()
     monkeypatch.setattr(root, "handlers", [])
+    kopf_objects = logging.getLogger(operator_main.KOPF_OBJECT_LOGGER)
+    monkeypatch.setattr(kopf_objects, "level", kopf_objects.level)
     operator_main.configure_logging()
     assert isinstance(root.handlers[0].formatter, JsonFormatter)
+    # kopf's per-event "Handler ... succeeded." lines are dropped, its warnings kept ...
+    assert not kopf_objects.isEnabledFor(logging.INFO)
+    assert kopf_objects.isEnabledFor(logging.WARNING)
+    # ... and --verbose shows everything.
+    operator_main.configure_logging(verbose=True)
+    assert kopf_objects.isEnabledFor(logging.DEBUG)
+
+
+def test_kopf_keeps_and_copies_no_diff_base_of_watched_objects() -> None:
+    import kopf
+
+    settings = kopf.OperatorSettings()
+    operator_main.configure(settings)
+    storage = settings.persistence.diffbase_storage
+    pod = kopf.Body({"metadata": {"name": "p", "labels": {"a": "b"}}, "spec": {"x": [1, 2]}})
+    assert storage.build(body=pod) == {}
+    assert storage.fetch(body=pod) is None
+    patch = kopf.Patch()
+    storage.store(body=pod, patch=patch, essence=storage.build(body=pod))
+    assert not patch  # no annotation written
 
 
 def _overlap_counter(
@@ -204,6 +226,7 @@ def test_the_timer_ignores_the_operators_own_writes_and_kopfs_bookkeeping(
         runs.append(name)
         plan = Plan(TrainJobStatus(phase=Phase.RUNNING))
         plan.trainjob_after = copy.deepcopy(left)
+        plan.fingerprint_after = trainjob_fingerprint(left)
         return plan
 
     def variant(**changes: Any) -> str:
@@ -415,3 +438,100 @@ def test_watch_events_reconcile_new_trainjobs_and_spec_changes_only(
     fail[0] = False
     op.forget(key)
     assert op.event_trigger(key, 1, "ADDED") == "create"  # deleted and created again
+
+
+def test_triggers_while_a_reconcile_waits_for_a_thread_are_coalesced_into_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """During a burst a new TrainJob's first reconcile can wait for a thread of the pool
+    longer than a timer interval: its tick and its pods' events must not queue reconciles of
+    their own (each would read it and its children again; issue 20), and the waiting one plans
+    from the newest watch body."""
+    bodies: list[Any] = []
+
+    def fake(client: Any, namespace: str, name: str, render: Any, obj: Any = None) -> Plan:
+        bodies.append(obj)
+        return Plan(TrainJobStatus(phase=Phase.RUNNING))
+
+    monkeypatch.setattr(operator_main, "reconcile_trainjob", fake)
+    op = Operator(client=None, render=lambda *a: [])  # type: ignore[arg-type]
+    key = ("ns", "a")
+    created = {"metadata": {"name": "a", "generation": 1}}
+    edited = {"metadata": {"name": "a", "generation": 2}}
+    assert op.enqueue(key, "create", created)  # the watch handler, before the pool runs it
+    op.on_timer("ns", "a", "fingerprint")  # its first tick comes while it still waits
+    op.reconcile("ns", "a", "pod")  # and a pod event
+    assert op.enqueue(key, "resume", edited) is False  # and an edit (a newer watch body)
+    assert op.enqueue(("ns", "b"), "create", created)  # another TrainJob is not coalesced
+    assert bodies == []
+    op.on_event("ns", "a", "create", enqueued=True)  # the pool gets to it
+    assert bodies == [edited]
+    assert op._waiting == {("ns", "b")} and list(op._bodies) == [("ns", "b")]
+    op.on_timer("ns", "a", "changed")  # nothing waits any more: ticks reconcile again
+    assert bodies == [edited, None]
+
+
+def test_a_timer_tick_while_a_reconcile_of_the_trainjob_runs_does_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    inside = threading.Event()
+    release = threading.Event()
+    runs: list[str] = []
+
+    def fake(client: Any, namespace: str, name: str, render: Any, obj: Any = None) -> Plan:
+        runs.append(name)
+        if len(runs) == 1:
+            inside.set()
+            release.wait(5)
+        return Plan(TrainJobStatus(phase=Phase.RUNNING))
+
+    monkeypatch.setattr(operator_main, "reconcile_trainjob", fake)
+    op = Operator(client=None, render=lambda *a: [])  # type: ignore[arg-type]
+    first = threading.Thread(target=op.on_event, args=("ns", "a", "create", {"metadata": {}}))
+    first.start()
+    assert inside.wait(5)
+    op.on_timer("ns", "a", None)  # no fingerprint recorded yet, but a reconcile runs
+    op.on_timer("ns", "b", None)  # another TrainJob's tick is not held back
+    release.set()
+    first.join()
+    assert runs == ["a", "b"]
+    op.on_timer("ns", "a", None)  # idle again: the tick decides as usual
+    assert runs == ["a", "b", "a"]
+
+
+def test_fingerprint_after_writes_ignores_own_writes_but_not_changes_in_between() -> None:
+    from trainjob_operator.reconcile.fingerprint import fingerprint_after_writes
+    from trainjob_operator.reconcile.plan import OPERATOR_STATUS_KEYS
+
+    read = {
+        "metadata": {"generation": 1, "annotations": {"team": "a"}},
+        "status": {"phase": "Starting", "progress": {"step": 1}},
+    }
+
+    def written(**changes: Any) -> dict[str, Any]:
+        body = copy.deepcopy(read)
+        body["status"]["phase"] = "Running"  # the reconcile's own status write
+        body["metadata"]["annotations"][LAST_DEMAND_ANNOTATION] = "t1"  # and its annotation
+        for key, value in changes.items():
+            if key == "status":
+                body["status"].update(value)
+            else:
+                body["metadata"][key] = value
+        return body
+
+    def after(body: dict[str, Any]) -> str:
+        return fingerprint_after_writes(read, body, OPERATOR_STATUS_KEYS, [LAST_DEMAND_ANNOTATION])
+
+    own = written()
+    assert after(own) == trainjob_fingerprint(own) != trainjob_fingerprint(read)
+    assert fingerprint_after_writes(read, read, OPERATOR_STATUS_KEYS, []) == (
+        trainjob_fingerprint(read)
+    )
+    # Someone else's change landed between the read and the write: the next tick must see a
+    # change, so the fingerprint stays the read's.
+    for other in (
+        written(status={"progress": {"step": 2}}),  # the driver's status update
+        written(generation=2),  # a spec edit
+        written(annotations={"team": "b", LAST_DEMAND_ANNOTATION: "t1"}),  # a user's edit
+    ):
+        assert after(other) == trainjob_fingerprint(read)

@@ -23,6 +23,7 @@ from trainjob_operator.api.errors import ManifestError
 from trainjob_operator.api.manifest import parse_trainjob
 from trainjob_operator.constants import API_VERSION, KIND, NAME_LABEL, TIMESTAMP_FORMAT
 from trainjob_operator.kube import ApiError, KubeClient
+from trainjob_operator.reconcile.fingerprint import fingerprint_after_writes
 from trainjob_operator.reconcile.plan import (
     OPERATOR_STATUS_KEYS,
     Event,
@@ -225,6 +226,9 @@ def reconcile_trainjob(
             generation=generation,
         )
     plan.trainjob_after = execute_plan(client, obj, plan, now)
+    plan.fingerprint_after = fingerprint_after_writes(
+        obj, plan.trainjob_after, OPERATOR_STATUS_KEYS, plan.annotations
+    )
     plan.generation_read = generation
     return plan
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from trainjob_operator.constants import GROUP, LAST_DEMAND_ANNOTATION
 
-__all__ = ["KOPF_ANNOTATION_PREFIX", "trainjob_fingerprint"]
+__all__ = ["KOPF_ANNOTATION_PREFIX", "fingerprint_after_writes", "trainjob_fingerprint"]
 
 #: kopf's progress and diff-base annotations on a TrainJob (``operator_main.configure``).
 KOPF_ANNOTATION_PREFIX = f"{GROUP}/"
@@ -27,20 +27,48 @@ KOPF_ANNOTATION_PREFIX = f"{GROUP}/"
 _READ_ANNOTATIONS = frozenset({LAST_DEMAND_ANNOTATION})
 
 
-def trainjob_fingerprint(body: Mapping[str, Any]) -> str:
+def trainjob_fingerprint(
+    body: Mapping[str, Any],
+    leave_out_status: Collection[str] = (),
+    leave_out_annotations: Collection[str] = (),
+) -> str:
     """A digest of what a reconcile reads of TrainJob ``body`` (a watch event's or an API
-    answer's object): equal digests, nothing for a reconcile to see."""
+    answer's object): equal digests, nothing for a reconcile to see. ``leave_out_status`` and
+    ``leave_out_annotations``: status keys and annotations left out as well."""
     meta = body.get("metadata") or {}
     annotations = {
         key: value
         for key, value in (meta.get("annotations") or {}).items()
-        if not key.startswith(KOPF_ANNOTATION_PREFIX) or key in _READ_ANNOTATIONS
+        if (not key.startswith(KOPF_ANNOTATION_PREFIX) or key in _READ_ANNOTATIONS)
+        and key not in leave_out_annotations
     }
-    content = [
-        meta.get("generation"),
-        meta.get("labels") or {},
-        annotations,
-        body.get("status") or {},
-    ]
+    status = {
+        key: value
+        for key, value in (body.get("status") or {}).items()
+        if key not in leave_out_status
+    }
+    content = [meta.get("generation"), meta.get("labels") or {}, annotations, status]
     text = json.dumps(content, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def fingerprint_after_writes(
+    read: Mapping[str, Any],
+    written: Mapping[str, Any],
+    own_status_keys: Collection[str],
+    own_annotations: Collection[str],
+) -> str:
+    """The fingerprint a timer tick compares the TrainJob with after a reconcile that planned
+    from ``read`` and whose last write answered ``written``.
+
+    ``written``'s, when all it changed of ``read`` is the operator's own (its status keys,
+    ``own_annotations``): its own writes are no reason for another reconcile. ``read``'s when
+    something else changed in between (the driver's status update, a user's edit landed after
+    the read and before the write, so this reconcile did not plan with it): the next tick then
+    finds the TrainJob changed and reconciles, instead of waiting for the resync.
+    """
+    if written is read:
+        return trainjob_fingerprint(read)
+    before = trainjob_fingerprint(read, own_status_keys, own_annotations)
+    after = trainjob_fingerprint(written, own_status_keys, own_annotations)
+    return trainjob_fingerprint(written if before == after else read)

@@ -172,9 +172,12 @@ class Plan:
     #: seconds after which the operator should reconcile again even if nothing changes (a
     #: deadline, the TTL, a pod being replaced); None: only on changes and periodic resync.
     requeue_after: float | None = None
-    #: the TrainJob as this reconcile left it (set once the plan was carried out; what the
-    #: operator's timer compares the next watch events with).
+    #: the TrainJob as this reconcile left it (set once the plan was carried out).
     trainjob_after: dict[str, Any] | None = None
+    #: what the operator's timer compares the next watch events with (set with
+    #: ``trainjob_after``; see
+    #: :func:`~trainjob_operator.reconcile.fingerprint.fingerprint_after_writes`).
+    fingerprint_after: str | None = None
     #: the TrainJob's ``metadata.generation`` this plan was made from (set with
     #: ``trainjob_after``; a spec change after it asks for another reconcile).
     generation_read: int | None = None
