@@ -837,14 +837,25 @@ def _notes(ckpts: list[dict[str, Any]]) -> str:
         "Train `ray.train.v2._internal.execution.context.TrainContext._upload_checkpoint`.",
         "* The uploader thread runs 10 nice levels lower (`TRAINJOB_UPLOAD_NICE`, issue 20). "
         "A/B on 2026-12-04 (`bench_async_checkpoint.py --frameworks ours --storage local "
-        "--checkpoints 4`, 256 MiB, nice 0 and nice 10 alternating, twice each; the committed "
-        "results above are from before the change). With 1 torch thread the cores are not "
+        "--checkpoints 4`, 256 MiB, nice 0 and nice 10 alternating, twice each; the 256 MiB "
+        "tables above were run with it on 2026-12-05, the 1 GiB tables before it). With 1 "
+        "torch thread the cores are not "
         "contended: the ASYNC work goodput excluding the loop's own file writes was 1.003 and "
         "1.012 at nice 0, 0.999 at nice 10 (the other nice-10 run's figure was not kept). With "
         "2 torch threads the step uses both cores and the upload competes with it: ASYNC work "
         "goodput (as in the tables) 0.810 / 0.879 at nice 0, 0.946 / 0.945 at nice 10 "
         "(excluding the loop's writes 0.892 / 0.974 vs 1.054 / 1.048), the upload running at "
         "798-880 instead of 1,191-1,339 MiB/s.",
+        "* Open (issue 20): ASYNC work goodput on fake-gcs-server trails Ray Train's. In the "
+        "256 MiB tables above 81.7% vs 83.7% (0.977x); a longer side-by-side run on 2026-12-05 "
+        "(`bench_async_checkpoint.py --storage gcs --checkpoints 4`) gave 72.8% vs 86.5% "
+        "(0.84x), with ours uploading faster (77.6 vs 63.4 MiB/s) and time-based goodput "
+        "excluding the loop's writes equal (99.99% vs 99.91%). The upload threads run at nice "
+        "+10 but share the worker process's GIL with the training loop, and the emulator runs "
+        "at normal priority; not yet profiled. Ray Train's uploads go through pyarrow's C++ "
+        "filesystem (no Python per chunk); ours through google-cloud-storage's resumable "
+        "uploads in 100 MiB chunks, each a fresh buffer (see the note on faulting in new "
+        "memory in this VM above).",
         "* Speed targets are reported here, never asserted by unit tests.",
     ]
     return "\n".join(lines) + "\n"
