@@ -356,7 +356,7 @@ def test_execute_plan_writes_the_status_once_after_the_children() -> None:
     client = FakeClient()
     execute_plan(client, obj, plan, NOW)  # type: ignore[arg-type]
     kinds = [c[0] for c in client.calls]
-    assert kinds == ["delete"] + ["create"] * 4 + ["patch"] * 2 + ["event"] * 2
+    assert kinds == ["delete"] + ["create"] * 4 + ["patch"] * 2 + ["event"]
     status_patches = [c for c in client.calls if c[0] == "patch" and c[1] == "status"]
     assert len(status_patches) == 1 and status_patches[0][2]["status"]["phase"] == "Starting"
     assert client.calls[6] == (
@@ -381,11 +381,7 @@ def test_execute_plan_turns_a_rejected_child_into_one_failure() -> None:
     assert (
         "the API server rejected Service tj-head-svc: tj-head-svc is invalid" in (failed["message"])
     )
-    assert [c[1] for c in client.calls if c[0] == "event"] == [
-        "Created",
-        "Starting",
-        "InvalidChild",
-    ]
+    assert [c[1] for c in client.calls if c[0] == "event"] == ["Created", "InvalidChild"]
 
 
 def test_execute_plan_deletes_the_trainjob_instead_of_writing_its_status() -> None:

@@ -91,7 +91,14 @@ def test_new_job_creates_every_child_and_is_starting() -> None:
     assert plan.status["phase"] == "Starting"
     assert plan.status["observedGeneration"] == 1
     assert {c["type"] for c in plan.status["conditions"]} == {"Created"}
-    assert [e.reason for e in plan.events] == ["Created", "Starting"]
+    # One Event per create: the first phase is in the Created Event's message.
+    assert [(e.type, e.reason) for e in plan.events] == [("Normal", "Created")]
+    assert plan.events[0].message == (
+        "TrainJob accepted; Starting: waiting for pods: 0/2 workers ready"
+    )
+    # A later phase change has an Event of its own.
+    started = plan_reconcile(_job(), plan.status, _desired(), _desired(), NOW, generation=1)
+    assert "Created" not in [e.reason for e in started.events]
 
 
 def test_replanning_with_everything_present_creates_nothing() -> None:

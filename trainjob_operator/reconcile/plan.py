@@ -634,9 +634,18 @@ class Reconcile:
     def set_phase(
         self, to: Phase, reason: str, message: str, event_type: str = EventType.NORMAL
     ) -> None:
-        """Move to phase ``to`` with ``message``; an Event when the phase changes."""
+        """Move to phase ``to`` with ``message``; an Event when the phase changes.
+
+        A new TrainJob's first phase goes into its Created Event ("TrainJob accepted;
+        Starting: waiting for pods: ...") rather than an Event of its own: each Event is a
+        write to the API server, and a burst of new TrainJobs pays it for every one."""
         if self.status.phase != to:
-            self.plan.events.append(Event(event_type, reason, message))
+            events = self.plan.events
+            if events and events[-1].reason == Reason.CREATED and event_type == EventType.NORMAL:
+                accepted = events[-1].message
+                events[-1] = Event(EventType.NORMAL, Reason.CREATED, f"{accepted}; {to}: {message}")
+            else:
+                events.append(Event(event_type, reason, message))
         self.status.phase = to
         self.status.message = message
 
