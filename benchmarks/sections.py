@@ -376,7 +376,40 @@ warm-up), `fit()` -> first step took 3.24 s before and 2.90 s after (medians; tr
 entered 1.98 s / 1.76 s) at a load average of 0.8-1.7, and 8.56 s / 6.89 s with a CI run
 loading the 2 cores to 8.6-14.3. What is left is Ray's actor start, `import torch` (1.1 s) and
 `import torch._dynamo` in `prepare_model` (1.1 s): the 2.5 s goal is not met on this machine
-until those imports get cheaper or move out of the path."""
+until those imports get cheaper or move out of the path.
+
+**Moving the imports out of the path: Ray's worker preloading (2026-12-05, measured by hand,
+not adopted).** Ray 2.60 can import modules in every worker process it starts, before the
+process takes work (`RAY_preload_python_modules`), and can start idle workers ahead of demand
+(on the first driver of a node, or at the raylet's start with `RAY_enable_worker_prestart=1`).
+Three experiments (`trainer_runtime` only, 2 workers, same machine, back to back):
+
+* On the benchmark's cluster above, with `RAY_preload_python_modules=torch.distributed,
+  torch._dynamo`, 4 fits each after a warm-up: fit() -> first step 3.28-3.51 s without,
+  3.14-3.34 s with. Each fit gets new worker processes, and a new process imports before it
+  takes work: the import moved from `prepare_model` (DDP then took 10-30 ms instead of
+  1.3 s) to before the train function (entered at 3.1-3.3 s instead of 2.0-2.2 s).
+* A fresh cluster (`ray.init(num_cpus=4)`, then 8 s idle, then one fit), where the driver's
+  own node prestarts idle workers for its job: the first fit's first step came 0.49 s after
+  `fit()` with the preload, 3.00 s without; the second fit, on new processes again, 2.99 s
+  and 3.10 s.
+* The layout the operator deploys (a head with 0 CPUs that the driver attaches to, and worker
+  nodes of 1 CPU each started with `RAY_enable_worker_prestart=1` and the preload): the first
+  fit took 3.21 s with and 2.93 s without. Each worker node had prestarted one idle worker
+  with torch imported, but Ray placed the placement-group actors in new processes: a plain
+  actor on that node ran in the prestarted process (10 s old when asked), an actor in a
+  placement-group bundle in a new one (2.3 s old), also after a task had run in the
+  prestarted process first.
+
+So preloading saves the imports only in prestarted processes that Ray hands to the
+placement-group actors, which on the operator's layout it did not; in fresh processes it
+moves the cost and adds memory (330 MiB of RSS per idle worker with torch imported). It was
+not adopted. The imports' cost itself is the floor here: in a new Ray actor on the idle
+machine (one or two at once, 7 actors) `import torch, torch.distributed` took 1.41-1.52 s
+and `import torch._dynamo` 1.31-1.50 s, 2.7-3.0 s together, which each worker pays on its own
+core before its first DDP step, while fit() -> first step took 2.9-3.5 s in the runs above
+(the rest is Ray starting the actors and the rendezvous). With a new process per worker,
+as both frameworks start them, 2.5 s is below this floor on this machine."""
 
 
 def plot_startup(data: dict[str, Any], out: Path) -> None:
@@ -1141,14 +1174,26 @@ those samples 54% were the event loop (15% parsing the watch streams' JSON, the 
 per-event machinery and the handlers), 18% planning and rendering, 26% the HTTP client. The
 limit is the 2 cores: during the burst the kube-apiserver used 1.0 core, etcd 0.2 and the
 operator 0.6, next to the benchmark's own client. Two figures bound what is left to gain
-here: the operator sends 13 requests per new TrainJob (10 children, its status, 2 Events)
-where the bound's client sends the 10 children only, so even an operator that cost no CPU
-would reach 10/13 = 77% of this bound; and the bound's client takes the whole API server,
-while the operator shares the cores with it. **Not met**: {f(100 * ratio_now, 0)}% of the bound
-(goal 80%) and burst p99 {f(p99_now, 1)} s (goal 2 s) in this run. What would move it next:
-one Event per create instead of two, and not watching pods through kopf (its machinery per
-event is most of the loop's time; a plain watch that keeps only the phase and conditions
-would do).
+here: the operator sends 12 requests per new TrainJob (10 children, its status, one Event;
+13 before change 14 below) where the bound's client sends the 10 children only, so even an
+operator that cost no CPU would reach 10/12 = 83% of this bound; and the bound's client takes
+the whole API server, while the operator shares the cores with it. **Not met**:
+{f(100 * ratio_now, 0)}% of the bound (goal 80%) and burst p99 {f(p99_now, 1)} s (goal 2 s)
+in this run.
+
+14. `reconcile/plan.py` (2026-12-05): a new TrainJob's first phase goes into its Created Event
+    (`TrainJob accepted; Starting: waiting for pods: 0/2 workers ready`) instead of an Event
+    of its own: one Event per create instead of two. A/B against ee6b260 (the commit before,
+    worktree on `PYTHONPATH`), alternating, 2 runs each, on a day the bound itself measured
+    78-89 TrainJobs/s: burst 35.0 / 32.7 TrainJobs/s before, 33.2 / 31.5 after (ratio
+    0.41 / 0.42 before, 0.38 / 0.36 after); scale phase 26.0 / 26.9 before, 28.2 / 27.7 after;
+    RSS at 1,000 TrainJobs 125-128 MiB in all four. One write in thirteen is below this
+    machine's run-to-run noise in the burst; the scale phase gained about 5%.
+
+What would move the ratio next is the operator's own CPU, which it takes from the API server
+on these 2 cores: not watching pods through kopf (its machinery per event is most of the
+loop's time; a plain watch that keeps only the phase and conditions, and skips a pod's own
+`ADDED` before parsing it, would do).
 """
     return text, headline
 
