@@ -142,9 +142,11 @@ def test_reconciles_of_different_trainjobs_run_concurrently(
     assert not started.broken
 
 
-def test_a_trigger_is_dropped_while_a_reconcile_of_the_same_job_waits(
+def _operator_whose_first_reconcile_blocks(
     monkeypatch: pytest.MonkeyPatch,
-) -> None:
+) -> tuple[Operator, threading.Event, threading.Event, list[str]]:
+    """An Operator whose first reconcile sets ``inside`` and waits for ``release``; ``runs``
+    lists the TrainJob names reconciled (each later reconcile returns at once)."""
     inside = threading.Event()
     release = threading.Event()
     runs: list[str] = []
@@ -158,6 +160,13 @@ def test_a_trigger_is_dropped_while_a_reconcile_of_the_same_job_waits(
 
     monkeypatch.setattr(operator_main, "reconcile_trainjob", fake)
     op = Operator(client=None, render=lambda *a: [])  # type: ignore[arg-type]
+    return op, inside, release, runs
+
+
+def test_a_trigger_is_dropped_while_a_reconcile_of_the_same_job_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    op, inside, release, runs = _operator_whose_first_reconcile_blocks(monkeypatch)
     first = threading.Thread(target=op.reconcile, args=("ns", "a", "pod"))
     first.start()
     assert inside.wait(5)
@@ -474,19 +483,7 @@ def test_triggers_while_a_reconcile_waits_for_a_thread_are_coalesced_into_it(
 def test_a_timer_tick_while_a_reconcile_of_the_trainjob_runs_does_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    inside = threading.Event()
-    release = threading.Event()
-    runs: list[str] = []
-
-    def fake(client: Any, namespace: str, name: str, render: Any, obj: Any = None) -> Plan:
-        runs.append(name)
-        if len(runs) == 1:
-            inside.set()
-            release.wait(5)
-        return Plan(TrainJobStatus(phase=Phase.RUNNING))
-
-    monkeypatch.setattr(operator_main, "reconcile_trainjob", fake)
-    op = Operator(client=None, render=lambda *a: [])  # type: ignore[arg-type]
+    op, inside, release, runs = _operator_whose_first_reconcile_blocks(monkeypatch)
     first = threading.Thread(target=op.on_event, args=("ns", "a", "create", {"metadata": {}}))
     first.start()
     assert inside.wait(5)
