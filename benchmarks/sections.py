@@ -399,14 +399,33 @@ Three experiments (`trainer_runtime` only, 2 workers, same machine, back to back
   with torch imported, but Ray placed the placement-group actors in new processes: a plain
   actor on that node ran in the prestarted process (10 s old when asked), an actor in a
   placement-group bundle in a new one (2.3 s old), also after a task had run in the
-  prestarted process first.
+  prestarted process first. The cause: the idle worker was gone once the placement group
+  was ready (listed before `placement_group(...).ready()`, not after). Reserving the node's
+  only CPU left the idle worker above the raylet's worker limit, and the raylet stopped it.
+  With `RAY_num_workers_soft_limit=2` added to the worker nodes' environment (above their
+  1 CPU), the idle worker survived the reservation and the placement-group actor ran in it
+  (10 s old). Then, on this layout, the first fit's first step came 0.61 s after `fit()`
+  (train function entered at 0.55 s). Without the three variables it came at 3.49 s (same
+  layout, back to back). A second fit on the same cluster took 4.80 s and 4.86 s: the first
+  fit's actors took the prestarted processes with them, and new ones import first.
 
 So preloading saves the imports only in prestarted processes that Ray hands to the
-placement-group actors, which on the operator's layout it did not; in fresh processes it
-moves the cost and adds memory (330 MiB of RSS per idle worker with torch imported). It was
-not adopted. The imports' cost itself is the floor here: in a new Ray actor on the idle
+placement-group actors. In fresh processes it moves the cost and adds memory (330 MiB of RSS
+per idle worker with torch imported). On the operator's layout it takes three variables on
+the worker pods (`RAY_enable_worker_prestart=1`, `RAY_preload_python_modules`,
+`RAY_num_workers_soft_limit`). That is not adopted yet; it needs:
+* the pods rendered with those variables, CPU/GPU workers only. TPU hosts' actors get a
+  `runtime_env` with per-host variables, so Ray cannot give them a prestarted worker. The
+  same holds while the driver passes `spec.env` as `worker_env`, which the pods already
+  have.
+* the idle worker's memory counted in the pod's request.
+* the real-node tier run with it.
+This would cut the first `fit()` of a TrainJob, which is the start-up that matters for a
+job, but not a restarted worker group's.
+
+The imports' cost itself is the floor for a new process: in a new Ray actor on the idle
 machine (one or two at once, 7 actors) `import torch, torch.distributed` took 1.41-1.52 s
-and `import torch._dynamo` 1.31-1.50 s, 2.7-3.0 s together, which each worker pays on its own
+and `import torch._dynamo` 1.31-1.50 s, 2.7-3.0 s together. Each worker pays that on its own
 core before its first DDP step, while fit() -> first step took 2.9-3.5 s in the runs above
 (the rest is Ray starting the actors and the rendezvous). With a new process per worker,
 as both frameworks start them, 2.5 s is below this floor on this machine."""
