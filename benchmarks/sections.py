@@ -384,15 +384,16 @@ process takes work (`RAY_preload_python_modules`), and can start idle workers ah
 (on the first driver of a node, or at the raylet's start with `RAY_enable_worker_prestart=1`).
 Three experiments (`trainer_runtime` only, 2 workers, same machine, back to back):
 
-* On the benchmark's cluster above, with `RAY_preload_python_modules=torch.distributed,
-  torch._dynamo`, 4 fits each after a warm-up: fit() -> first step 3.28-3.51 s without,
-  3.14-3.34 s with. Each fit gets new worker processes, and a new process imports before it
-  takes work: the import moved from `prepare_model` (DDP then took 10-30 ms instead of
-  1.3 s) to before the train function (entered at 3.1-3.3 s instead of 2.0-2.2 s).
+* On the benchmark's cluster above, with
+  `RAY_preload_python_modules=torch.distributed,torch._dynamo`, 4 fits each after a warm-up:
+  fit() -> first step 3.28-3.51 s without, 3.14-3.34 s with. Each fit gets new worker
+  processes, and a new process imports before it takes work: the import moved from
+  `prepare_model` (DDP then took 10-30 ms instead of 1.3 s) to before the train function
+  (entered at 3.1-3.3 s instead of 2.0-2.2 s).
 * A fresh cluster (`ray.init(num_cpus=4)`, then 8 s idle, then one fit), where the driver's
   own node prestarts idle workers for its job: the first fit's first step came 0.49 s after
   `fit()` with the preload, 3.00 s without; the second fit, on new processes again, 2.99 s
-  and 3.10 s.
+  with and 3.10 s without.
 * The layout the operator deploys (a head with 0 CPUs that the driver attaches to, and worker
   nodes of 1 CPU each started with `RAY_enable_worker_prestart=1` and the preload): the first
   fit took 3.21 s with and 2.93 s without. Each worker node had prestarted one idle worker
@@ -414,12 +415,14 @@ placement-group actors. In fresh processes it moves the cost and adds memory (33
 per idle worker with torch imported). On the operator's layout it takes three variables on
 the worker pods (`RAY_enable_worker_prestart=1`, `RAY_preload_python_modules`,
 `RAY_num_workers_soft_limit`). That is not adopted yet; it needs:
+
 * the pods rendered with those variables, CPU/GPU workers only. TPU hosts' actors get a
   `runtime_env` with per-host variables, so Ray cannot give them a prestarted worker. The
   same holds while the driver passes `spec.env` as `worker_env`, which the pods already
   have.
 * the idle worker's memory counted in the pod's request.
 * the real-node tier run with it.
+
 This would cut the first `fit()` of a TrainJob, which is the start-up that matters for a
 job, but not a restarted worker group's.
 

@@ -96,7 +96,7 @@ def test_new_job_creates_every_child_and_is_starting() -> None:
     assert plan.events[0].message == (
         "TrainJob accepted; Starting: waiting for pods: 0/2 workers ready"
     )
-    # A later phase change has an Event of its own.
+    # A later reconcile of the same job posts no second Created Event.
     started = plan_reconcile(_job(), plan.status, _desired(), _desired(), NOW, generation=1)
     assert "Created" not in [e.reason for e in started.events]
 
