@@ -216,3 +216,24 @@ def test_entrypoints_import_from_the_interpreters_path_unless_a_folder_is_given(
     assert sys.path == before
     assert plan_run(job, import_from=str(tmp_path)).num_workers == 0
     assert sys.path[0] == str(tmp_path)
+
+
+def test_only_trainjob_run_forwards_spec_env_to_the_worker_actors() -> None:
+    """`trainjob run` hands spec.env to its local workers; the in-pod driver does not (the
+    worker pods carry it, and a runtime_env would keep Ray from using prestarted workers)."""
+    job = parse_trainjob(
+        {
+            "apiVersion": "trainjob.dev/v1alpha1",
+            "kind": "TrainJob",
+            "metadata": {"name": "env"},
+            "spec": {
+                "entrypoint": "examples.quickstart.train:train_func",
+                "env": [{"name": "A", "value": "1"}],
+            },
+        }
+    )
+    plan = plan_run(job, storage_path="/tmp/unused")
+    assert build_trainer(plan, []).run_config.worker_env == {"A": "1"}
+    assert build_trainer(plan, [], forward_env=False).run_config.worker_env == {}
+    [worker] = render_worker_pods(job, uid="uid-1")
+    assert {"name": "A", "value": "1"} in worker["spec"]["containers"][0]["env"]

@@ -8,8 +8,10 @@ import logging
 import os
 import socket
 import threading
+import time
 import traceback
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from trainer_runtime import _session
@@ -105,6 +107,20 @@ def free_port() -> int:
         return port
 
 
+def process_start_time(pid: int | str = "self") -> float | None:
+    """When process ``pid`` started, in epoch seconds to about 10 ms (Linux ``/proc``;
+    ``None`` elsewhere)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    boot = time.time() - uptime  # /proc/stat's btime is whole seconds
+    # Field 22 (starttime, clock ticks after boot) counts from after the ")" ending comm.
+    ticks = int(stat.rsplit(")", 1)[1].split()[19])
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
 class TrainWorker:
     """One training worker. Wrapped with ``ray.remote`` (a threaded actor) by the worker group.
 
@@ -123,7 +139,8 @@ class TrainWorker:
         self._session: TrainSession | None = None
 
     def node_info(self) -> dict[str, Any]:
-        """Where this worker runs."""
+        """Where this worker runs, and when its process started (``process_started``, epoch
+        seconds: a process Ray started before the actor was asked for was prestarted)."""
         import ray
 
         ctx = ray.get_runtime_context()
@@ -133,6 +150,7 @@ class TrainWorker:
             "hostname": socket.gethostname(),
             "pid": os.getpid(),
             "accelerator_ids": ctx.get_accelerator_ids(),
+            "process_started": process_start_time(),
         }
 
     def set_env(self, env: dict[str, str]) -> None:

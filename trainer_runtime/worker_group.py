@@ -301,6 +301,13 @@ def _node_by_id(nodes: Sequence[Mapping[str, Any]], node_id: str) -> Mapping[str
     return {"NodeID": node_id}
 
 
+def prestarted_count(infos: Sequence[Mapping[str, Any]], requested: float) -> int:
+    """How many workers (:meth:`TrainWorker.node_info` answers) run in a process that started
+    before ``requested`` (epoch seconds), that is one Ray had prestarted; the nodes' clocks
+    are assumed in step to well under the seconds a process takes to start."""
+    return sum(1 for info in infos if (info.get("process_started") or requested) < requested)
+
+
 class WorkerGroup:
     """Creates, addresses and tears down the worker actors of one attempt."""
 
@@ -363,6 +370,7 @@ class WorkerGroup:
         )
         timeout = self.scaling.placement_timeout_s
         start = time.monotonic()
+        requested = time.time()
         actors = self._create_actors([(self._pg, i, b) for i, b in enumerate(self.bundles)])
         ready, _ = ray.wait([self._pg.ready()], timeout=timeout)
         if not ready:
@@ -385,6 +393,13 @@ class WorkerGroup:
             )
         logger.info("Reserved %d worker slots in %.1fs", self.world_size, time.monotonic() - start)
         infos = ray.get([a.node_info.remote() for a in actors])
+        logger.info(
+            "Started %d worker actors in %.1fs, %d in Ray worker processes started before "
+            "they were asked for (prestarted)",
+            len(infos),
+            time.monotonic() - start,
+            prestarted_count(infos, requested),
+        )
         ranks = assign_ranks(infos)
         handles = []
         for actor, info, (world, local, local_size, node_rank) in zip(

@@ -315,6 +315,9 @@ def test_quickstart_trains_to_success_in_containers(cluster: Cluster, namespace:
     # The driver ran DDP over gloo in its own container; the pool and workers were real pods.
     driver_log = cluster.node.kubectl("logs", "-n", namespace, f"{JOB}-driver").stdout
     assert "gloo" in driver_log, driver_log[-3000:]
+    # Both worker actors ran in the processes their pods' raylets prestarted (with torch
+    # imported) rather than in new ones (trainjob_operator.render.ray.worker_prestart_env).
+    assert "2 in Ray worker processes started before" in driver_log, driver_log[-3000:]
 
 
 def test_jax_example_trains_to_success_in_the_jax_image(

@@ -24,6 +24,7 @@ from tests.render.helpers import (
     tpu_job,
 )
 from trainjob_operator.render import render_worker_pods
+from trainjob_operator.render.ray import WORKER_PRESTART_ENV_NAMES
 
 REPO = Path(__file__).resolve().parents[2]
 TPU_TOLERATION = {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -386,3 +387,61 @@ fi
     assert lines[:2] == [health, health]  # the first check failed: it waited and retried
     assert lines[2] == ["start", *_ray_start_args(pod)]
     assert '--resources={"TPU":8}' in lines[2]
+
+
+# --------------------------------------------------------------------------- prestarted workers
+
+PRESTART = {"RAY_enable_worker_prestart": "1", "RAY_num_workers_soft_limit": "1"}
+TORCH_PRELOAD = {"RAY_preload_python_modules": "torch.distributed,torch._dynamo"}
+
+
+def _prestart_env(pod: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in env(pod).items() if k in WORKER_PRESTART_ENV_NAMES}
+
+
+def test_torch_cpu_workers_prestart_one_worker_with_torch_imported() -> None:
+    pods = render_worker_pods(example("quickstart.yaml"), uid=UID)
+    assert example("quickstart.yaml").spec.framework == "torch"
+    assert [_prestart_env(pod) for pod in pods] == [PRESTART | TORCH_PRELOAD] * 2
+
+
+@pytest.mark.parametrize(
+    ("scaling", "framework"),
+    [
+        ({"numWorkers": 1, "useGpu": True}, "torch"),  # an early import could pin CUDA devices
+        ({"numWorkers": 1}, "jax"),  # JAX reads its platform settings on import
+        ({"numWorkers": 1, "resourcesPerWorker": {"cpu": 4, "memory": "1Gi"}}, "torch"),
+    ],
+    ids=["gpu", "jax", "memory-below-512Mi-per-cpu"],
+)
+def test_prestart_without_imports(scaling: dict[str, Any], framework: str) -> None:
+    [pod] = render_worker_pods(make_job(framework=framework, scaling=scaling), uid=UID)
+    assert _prestart_env(pod) == PRESTART
+
+
+def test_preload_when_memory_covers_every_prestarted_worker() -> None:
+    job = make_job(scaling={"numWorkers": 1, "resourcesPerWorker": {"cpu": 4, "memory": "2Gi"}})
+    [pod] = render_worker_pods(job, uid=UID)
+    assert _prestart_env(pod) == PRESTART | TORCH_PRELOAD
+
+
+def test_tpu_hosts_get_no_prestart() -> None:
+    """Their actors carry a runtime_env, for which Ray starts a new process anyway."""
+    for pod in render_worker_pods(tpu_job("4x4"), uid=UID):
+        assert _prestart_env(pod) == {}
+
+
+def test_spec_env_replaces_a_prestart_setting() -> None:
+    job = make_job(
+        scaling={"numWorkers": 1},
+        env=[
+            {"name": "RAY_enable_worker_prestart", "value": "0"},
+            {"name": "RAY_preload_python_modules", "value": "numpy"},
+        ],
+    )
+    [pod] = render_worker_pods(job, uid=UID)  # env() also asserts the names are unique
+    assert _prestart_env(pod) == {
+        "RAY_enable_worker_prestart": "0",
+        "RAY_num_workers_soft_limit": "1",
+        "RAY_preload_python_modules": "numpy",
+    }

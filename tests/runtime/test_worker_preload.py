@@ -65,3 +65,31 @@ def test_worker_set_up_waits_for_the_preload(
     slow_module.set()
     assert done.wait(30)
     assert results == [True]
+
+
+def test_process_start_time_orders_processes_by_when_they_started() -> None:
+    """The clock the prestarted-worker count compares against ``fit()``'s request time."""
+    import subprocess
+    import time
+
+    from trainer_runtime._worker import process_start_time
+
+    mine = process_start_time()
+    before = time.time()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
+    try:
+        started = process_start_time(child.pid)
+        assert mine is not None and started is not None
+        assert mine < before - 0.05  # this interpreter started well before
+        assert before - 0.05 < started < time.time() + 0.05
+    finally:
+        child.kill()
+        child.wait()
+    assert process_start_time(2**22 + 1) is None  # no such process
+
+
+def test_prestarted_count_counts_processes_older_than_the_request() -> None:
+    from trainer_runtime.worker_group import prestarted_count
+
+    infos = [{"process_started": 90.0}, {"process_started": 101.0}, {"process_started": None}, {}]
+    assert prestarted_count(infos, requested=100.0) == 1

@@ -163,7 +163,8 @@ def main() -> int:
     start = time.monotonic()
     error: BaseException | None = None
     try:
-        build_trainer(plan, [tracker]).fit()
+        # The worker pods carry spec.env (rendered into their containers).
+        build_trainer(plan, [tracker], forward_env=False).fit()
     except TrainingFailedError as exc:
         error = exc
     finally:

@@ -147,8 +147,15 @@ def plan_run(
     return RunPlan(job, train_fn, validate_fn, workers, storage, cpus, worker_gpus=gpus)
 
 
-def build_trainer(plan: RunPlan, callbacks: list[Callback]) -> Any:
-    """The runtime trainer (TorchTrainer / JaxTrainer) for a planned run."""
+def build_trainer(plan: RunPlan, callbacks: list[Callback], *, forward_env: bool = True) -> Any:
+    """The runtime trainer (TorchTrainer / JaxTrainer) for a planned run.
+
+    ``forward_env``: give the worker actors ``spec.env`` (its literal values) through
+    ``RunConfig.worker_env``, as ``trainjob run`` needs. The in-pod driver passes ``False``:
+    the worker pods already carry ``spec.env``, and the Ray ``runtime_env`` that
+    ``worker_env`` becomes would keep Ray from giving the worker actors the processes the
+    pods' raylets prestarted (:func:`trainjob_operator.render.ray.worker_prestart_env`).
+    """
     from trainer_runtime import (
         CheckpointConfig,
         FailureConfig,
@@ -196,7 +203,9 @@ def build_trainer(plan: RunPlan, callbacks: list[Callback]) -> Any:
         ),
         checkpoint_upload_mode=upload_mode,
         callbacks=callbacks,
-        worker_env={e.name: e.value for e in spec.env if e.value is not None},
+        worker_env=(
+            {e.name: e.value for e in spec.env if e.value is not None} if forward_env else {}
+        ),
     )
     tpu = spec.scaling.tpu
     timeout = spec.scaling.placement_timeout_seconds

@@ -7,6 +7,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from trainjob_operator.api.quantity import parse_quantity
 from trainjob_operator.render.names import GCS_PORT
 
 if TYPE_CHECKING:
@@ -18,10 +19,14 @@ __all__ = [
     "GCS_PORT",
     "MEGASCALE_PORT",
     "METRICS_PORT",
+    "PRELOAD_MEMORY_PER_CPU",
     "RAY_NODE_MODULE",
+    "TORCH_PRELOAD_MODULES",
+    "WORKER_PRESTART_ENV_NAMES",
     "ray_resources_arg",
     "ray_worker_command",
     "wait_for_head_script",
+    "worker_prestart_env",
 ]
 
 DASHBOARD_PORT = 8265
@@ -73,3 +78,59 @@ def ray_worker_command(ctx: RenderContext, ray_args: Sequence[str]) -> list[str]
 def ray_resources_arg(resources: Mapping[str, float | int]) -> str:
     """``--resources=<json>`` with sorted keys (deterministic)."""
     return "--resources=" + json.dumps(dict(resources), sort_keys=True, separators=(",", ":"))
+
+
+TORCH_PRELOAD_MODULES = "torch.distributed,torch._dynamo"
+"""What a torch worker imports before its first DDP step (``torch.distributed`` for the
+process group, ``torch._dynamo`` when DDP wraps the model): about 2.7-3.0 s on a fresh
+process (docs/benchmarks.md, start-up)."""
+
+PRELOAD_MEMORY_PER_CPU = 512 * 2**20
+"""Memory per logical CPU a worker pod needs for the preloaded prestart: the raylet prestarts
+one worker per CPU, each importing torch (about 350 MiB), before it stops all but one."""
+
+WORKER_PRESTART_ENV_NAMES = (
+    "RAY_enable_worker_prestart",
+    "RAY_num_workers_soft_limit",
+    "RAY_preload_python_modules",
+)
+"""The raylet settings :func:`worker_prestart_env` renders; a TrainJob's ``spec.env`` may set
+any of them, and its value then replaces the operator's."""
+
+
+def worker_prestart_env(ctx: RenderContext) -> list[dict[str, str]]:
+    """Raylet settings of a CPU/GPU worker pod that have its worker actor start in a Ray worker
+    process started (and, for torch on CPU, imported) before ``fit()`` asks for it.
+
+    Without them every worker actor starts a new Python process and imports the framework
+    after ``fit()``, before its first step (about 3 s for torch on CPU, the start-up floor).
+    With them the raylet starts its workers when the pod starts (``RAY_enable_worker_prestart``)
+    and keeps one idle (``RAY_num_workers_soft_limit=1``: by default it stops idle workers
+    beyond the node's free CPUs, which is none once the trainer's placement group holds the
+    pod's CPUs), and Ray hands the pod's one worker actor that process. The kept process
+    becomes the actor, so the pod needs no more memory than before once training runs.
+
+    ``RAY_preload_python_modules`` (the imports) is set only for ``framework: torch`` without
+    GPUs, and only when ``resourcesPerWorker.memory`` is unset or at least
+    :data:`PRELOAD_MEMORY_PER_CPU` per CPU (all prestarted workers import before the raylet
+    stops the extra ones). JAX reads its platform settings when imported, which may come from
+    the worker's environment later, and on GPU an early import could fix which devices CUDA
+    sees, so those pods get prestarted processes without imports.
+
+    TPU hosts get none of this: their worker actors carry per-host variables in a Ray
+    ``runtime_env``, and Ray starts a new process for a runtime_env. Names the TrainJob's
+    ``spec.env`` sets are left out (its value applies).
+    """
+    scaling = ctx.job.spec.scaling
+    if scaling.tpu is not None:
+        return []
+    env = {"RAY_enable_worker_prestart": "1", "RAY_num_workers_soft_limit": "1"}
+    memory = scaling.pod_resources().get("memory")
+    memory_fits = (
+        memory is None
+        or parse_quantity(memory) >= scaling.cpus_per_worker() * PRELOAD_MEMORY_PER_CPU
+    )
+    if ctx.job.spec.framework == "torch" and scaling.gpus_per_worker() == 0 and memory_fits:
+        env["RAY_preload_python_modules"] = TORCH_PRELOAD_MODULES
+    user_set = {var.name for var in ctx.job.spec.env}
+    return [{"name": k, "value": v} for k, v in env.items() if k not in user_set]

@@ -4,7 +4,9 @@ Each worker is one Ray node joining the head (``ray start --address=<head>:6379 
 advertising what the trainer's worker actors ask for: ``--num-cpus`` from
 ``resourcesPerWorker.cpu`` (rounded up, default 1, the driver's default request), ``--num-gpus``
 for GPU workers, and ``{"TPU": chips per host}`` on TPU hosts (Ray then adds the ``TPU_NAME``
-slice resource and ``TPU-<pod type>-head`` on host 0 from the TPU env set here).
+slice resource and ``TPU-<pod type>-head`` on host 0 from the TPU env set here). CPU/GPU
+workers also get the raylet settings that have their worker actor start in a process started
+with the pod (:func:`~trainjob_operator.render.ray.worker_prestart_env`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from trainjob_operator.render.ray import (
     METRICS_PORT,
     ray_resources_arg,
     ray_worker_command,
+    worker_prestart_env,
 )
 
 __all__ = ["GKE_NODEPOOL_LABEL", "render_worker_pods", "worker_pods"]
@@ -44,13 +47,14 @@ def _cpu_gpu_workers(ctx: RenderContext) -> list[dict[str, Any]]:
     cpus = ctx.job.spec.scaling.cpus_per_worker()
     args = [f"--num-cpus={cpus}", f"--num-gpus={gpus}"]
     command = ray_worker_command(ctx, args)
+    env = [*common_env(ctx), *worker_prestart_env(ctx)]
     pods = []
     for index in range(ctx.job.spec.scaling.num_workers):
         container = build_container(
             ctx,
             name="ray-worker",
             command=command,
-            env=common_env(ctx),
+            env=env,
             resources=placement.resources,
             ports=(("metrics", METRICS_PORT),),
         )
