@@ -15,15 +15,27 @@ Figures per ``fit()`` (max over ranks, seconds after ``fit()`` was called): ``to
 whole call) and ``teardown_s`` (``fit()`` returned this long after the last rank's last
 report). Fits alternate between the frameworks so drift on the shared machine hits both.
 
+``--layout pods`` measures the first ``fit()`` of a TrainJob on the Ray layout the operator
+deploys, emulated with ``ray start`` on this machine: a head with 0 CPUs, one Ray node of
+1 CPU per worker (a worker pod), the driver attached. A fresh cluster per fit, left idle for
+``--settle`` seconds after its nodes joined (pods start before the driver's ``fit()``).
+Variants, alternating: ``ours`` with the worker pods' raylet settings the operator renders
+for a torch CPU TrainJob (``trainjob_operator.render.ray.worker_prestart_env``: prestarted
+workers with torch imported), ``ours_no_prestart`` (without them: the layout before),
+``ray_train`` (Ray Train on the same nodes, same settings). Result ``startup_pods``.
+
 Usage::
 
     python benchmarks/bench_startup.py [--quick] [--repeats N] [--workers 2]
+    python benchmarks/bench_startup.py --layout pods [--quick] [--repeats N] [--settle 10]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,7 +46,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import common
 
 NAME = "startup"
+PODS_NAME = "startup_pods"
 FRAMEWORKS = ("ours", "ray_train")
+#: ``--layout pods`` variants: (name, framework, the worker nodes get the rendered settings).
+POD_VARIANTS = (
+    ("ours", "ours", True),
+    ("ours_no_prestart", "ours", False),
+    ("ray_train", "ray_train", True),
+)
+POD_GCS_PORT = 6391
 
 
 def startup_loop(config: dict[str, Any]) -> None:
@@ -95,6 +115,85 @@ def _trainer(framework: str, workers: int, config: dict[str, Any], storage: Path
     )
 
 
+def worker_pod_env(workers: int) -> dict[str, str]:
+    """The raylet settings the operator renders into the worker pods of a torch CPU TrainJob
+    with ``workers`` workers of 1 CPU (the prestart variables only)."""
+    from trainjob_operator.api import parse_trainjob
+    from trainjob_operator.render import render_worker_pods
+    from trainjob_operator.render.ray import WORKER_PRESTART_ENV_NAMES
+
+    job = parse_trainjob(
+        {
+            "apiVersion": "trainjob.dev/v1alpha1",
+            "kind": "TrainJob",
+            "metadata": {"name": "bench", "namespace": "default"},
+            "spec": {
+                "framework": "torch",
+                "entrypoint": "bench:train",
+                "scaling": {"numWorkers": workers, "resourcesPerWorker": {"cpu": 1}},
+            },
+        }
+    )
+    [container] = render_worker_pods(job, uid="bench")[0]["spec"]["containers"]
+    return {
+        e["name"]: e["value"] for e in container["env"] if e["name"] in WORKER_PRESTART_ENV_NAMES
+    }
+
+
+def _ray_cli(*args: str, env: dict[str, str] | None = None) -> None:
+    ray_bin = Path(sys.executable).with_name("ray")
+    subprocess.run([str(ray_bin), *args], check=True, capture_output=True, env=env)
+
+
+def _idle_workers() -> int:
+    """Ray worker processes waiting for work on this machine (``ray::IDLE``)."""
+    count = 0
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if (proc / "cmdline").read_bytes().startswith(b"ray::IDLE"):
+                    count += 1
+            except OSError:
+                continue
+    return count
+
+
+def start_pod_layout(workers: int, env: dict[str, str], settle_s: float) -> int:
+    """A fresh emulated operator layout (head 0 CPU, ``workers`` nodes of 1 CPU with ``env``),
+    this process attached as the driver; returns the idle Ray workers after ``settle_s``."""
+    import ray
+
+    common.setup_paths()
+    _ray_cli("stop", "--force")
+    head = f"127.0.0.1:{POD_GCS_PORT}"
+    _ray_cli(
+        "start", "--head", "--num-cpus=0", f"--port={POD_GCS_PORT}",
+        "--include-dashboard=false", "--disable-usage-stats",
+    )  # fmt: skip
+    node_env = {**os.environ, **env}
+    for _ in range(workers):
+        _ray_cli(
+            "start", f"--address={head}", "--num-cpus=1", "--disable-usage-stats", env=node_env
+        )
+    ray.init(address=head, log_to_driver=False, configure_logging=False)
+    deadline = time.monotonic() + 60
+    while sum(1 for n in ray.nodes() if n["Alive"]) < workers + 1:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{workers} worker nodes did not join within 60 s")
+        time.sleep(0.2)
+    time.sleep(settle_s)
+    return _idle_workers()
+
+
+def stop_pod_layout() -> None:
+    """Detach and stop every Ray process of the emulated layout."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    _ray_cli("stop", "--force")
+
+
 def run_one(framework: str, workers: int) -> dict[str, Any]:
     """One ``fit()`` under ``framework``; times relative to the ``fit()`` call."""
     out_dir = common.scratch_dir("startup-out")
@@ -139,14 +238,12 @@ KEYS = (
 )
 
 
-def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Median, min and max of every figure per framework."""
+def summarize(runs: list[dict[str, Any]], by: str = "framework") -> list[dict[str, Any]]:
+    """Median, min and max of every figure per framework (or per ``by``: ``variant``)."""
     out = []
-    for fw in FRAMEWORKS:
-        group = [r for r in runs if r["framework"] == fw]
-        if not group:
-            continue
-        row: dict[str, Any] = {"framework": fw, "repeats": len(group)}
+    for name in dict.fromkeys(r[by] for r in runs):
+        group = [r for r in runs if r[by] == name]
+        row: dict[str, Any] = {by: name, "framework": group[0]["framework"], "repeats": len(group)}
         for key in KEYS:
             vals = [r[key] for r in group]
             row[key] = common.median(vals)
@@ -162,8 +259,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--repeats", type=int, help="fits per framework (7; 3 with --quick)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--no-ray-train", action="store_true", help="skip the Ray Train runs")
+    parser.add_argument(
+        "--layout",
+        choices=("local", "pods"),
+        default="local",
+        help="local: one local Ray cluster for every fit (default); pods: the operator's "
+        "layout, a fresh cluster per fit",
+    )
+    parser.add_argument(
+        "--settle", type=float, default=10.0, help="pods: idle seconds before each fit (10)"
+    )
     args = parser.parse_args(argv)
     repeats = args.repeats or (3 if args.quick else 7)
+    if args.layout == "pods":
+        return main_pods(args, repeats)
 
     common.setup_paths()
     skip_ray_train = "skipped (--no-ray-train)" if args.no_ray_train else common.ray_train_status()
@@ -202,6 +311,48 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "summary": summarize(runs),
     }
     common.write_result(NAME, data)
+    return data
+
+
+def main_pods(args: argparse.Namespace, repeats: int) -> dict[str, Any]:
+    """``--layout pods``: the first fit of a fresh emulated operator layout, per variant."""
+    common.setup_paths()
+    skip_ray_train = "skipped (--no-ray-train)" if args.no_ray_train else common.ray_train_status()
+    variants = [v for v in POD_VARIANTS if not (skip_ray_train and v[1] == "ray_train")]
+    rendered = worker_pod_env(args.workers)
+    runs: list[dict[str, Any]] = []
+    try:
+        for rep in range(repeats):
+            order = variants if rep % 2 == 0 else list(reversed(variants))
+            for variant, framework, prestart in order:
+                idle = start_pod_layout(args.workers, rendered if prestart else {}, args.settle)
+                try:
+                    run = run_one(framework, args.workers)
+                finally:
+                    stop_pod_layout()
+                run.update(variant=variant, repeat=rep, idle_workers_before_fit=idle)
+                print(
+                    f"[startup pods] {variant} #{rep}: {idle} idle workers, entered "
+                    f"{run['to_entered_s']:.2f} s, first step {run['to_first_step_s']:.2f} s, "
+                    f"fit {run['fit_s']:.2f} s",
+                    flush=True,
+                )
+                runs.append(run)
+    finally:
+        stop_pod_layout()
+    data = {
+        "params": {
+            "workers": args.workers,
+            "repeats": repeats,
+            "quick": args.quick,
+            "settle_s": args.settle,
+            "worker_node_env": rendered,
+        },
+        "ray_train": skip_ray_train or "measured",
+        "runs": runs,
+        "summary": summarize(runs, by="variant"),
+    }
+    common.write_result(PODS_NAME, data)
     return data
 
 

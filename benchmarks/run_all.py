@@ -40,6 +40,7 @@ BENCHES: dict[str, tuple[str, list[str]]] = {
     "async_checkpoint_1gib": ("benchmarks/bench_async_checkpoint.py", ["--large"]),
     "validation": ("benchmarks/bench_validation.py", []),
     "startup": ("benchmarks/bench_startup.py", []),
+    "startup_pods": ("benchmarks/bench_startup.py", ["--layout", "pods"]),
     "local": ("benchmarks/bench_local.py", []),
     "operator": ("benchmarks/bench_operator.py", []),
 }
@@ -901,13 +902,15 @@ def render(runs: dict[str, dict[str, Any]] | None, quick: bool) -> str:
     for name, render_fn, plot_fn in (
         ("validation", sections.render_validation, sections.plot_validation),
         ("startup", sections.render_startup, sections.plot_startup),
+        ("startup_pods", sections.render_startup_pods, None),
         ("local", sections.render_local, sections.plot_local),
         ("operator", sections.render_operator, sections.plot_operator),
     ):
         data = stored[name]
         if data is None:
             continue
-        plot_fn(data, IMG_DIR)
+        if plot_fn is not None:
+            plot_fn(data, IMG_DIR)
         text, rows = render_fn(data, img_rel)
         text_sections.append(text)
         headline += rows

@@ -350,6 +350,74 @@ sandbox (see Notes).
     return text, headline
 
 
+POD_VARIANT_LABEL = {
+    "ours": "trainer_runtime, worker pods as rendered (prestarted workers, torch imported)",
+    "ours_no_prestart": "trainer_runtime, worker pods without the prestart settings (before)",
+    "ray_train": "Ray Train, worker pods as rendered",
+}
+
+
+def render_startup_pods(data: dict[str, Any], img_rel: str) -> tuple[str, list[list[str]]]:
+    """Section 4b (the operator's layout) and its headline row."""
+    del img_rel  # no figure
+    p = data["params"]
+    by_variant = {r["variant"]: r for r in data["summary"]}
+    idle: dict[str, list[int]] = {}
+    for run in data["runs"]:
+        idle.setdefault(run["variant"], []).append(run["idle_workers_before_fit"])
+    rows = []
+    for name, label in POD_VARIANT_LABEL.items():
+        r = by_variant.get(name)
+        if r is None:
+            continue
+        rows.append(
+            [label, f"{min(idle[name])}-{max(idle[name])}"]
+            + [
+                f"{r[key]:.2f} ({r[key + '_min']:.2f}-{r[key + '_max']:.2f})"
+                for key in ("to_entered_s", "to_first_step_s", "fit_s")
+            ]
+        )
+    ours, before, ray = (by_variant.get(n) for n in ("ours", "ours_no_prestart", "ray_train"))
+    headline = []
+    if ours and ray:
+        headline.append(
+            [
+                f"`fit()` -> first training step, {p['workers']} workers, the operator's pod "
+                "layout, a TrainJob's first fit (median)",
+                f"{ours['to_first_step_s']:.2f} s",
+                f"{ray['to_first_step_s']:.2f} s",
+                ratio(ray["to_first_step_s"], ours["to_first_step_s"]) + " faster",
+            ]
+        )
+    env = ", ".join(f"`{k}={v}`" for k, v in sorted(p["worker_node_env"].items()))
+    versus = (
+        f" Against the same pods without the settings, the first step comes "
+        f"{ratio(before['to_first_step_s'], ours['to_first_step_s'])} sooner."
+        if ours and before
+        else ""
+    )
+    text = f"""### 4b. A TrainJob's first `fit()` on the operator's pod layout
+
+`benchmarks/bench_startup.py --layout pods`: the Ray layout the operator deploys, emulated
+with `ray start` on this machine: a head with 0 CPUs, one Ray node of 1 CPU per worker pod
+({p["workers"]}), the driver attached. Each fit gets a fresh cluster, idle for
+{p["settle_s"]:.0f} s after its nodes joined (worker pods start before the driver reaches
+`fit()`), so every figure is a job's first fit. The worker nodes get the raylet settings the
+operator renders into the worker pods of a torch CPU TrainJob ({env}), except in the
+"without" row. {p["repeats"]} fits per row, alternating; median (min-max), seconds after
+`fit()`. "Idle workers" counts the `ray::IDLE` processes on the machine when `fit()` was
+called.{versus}
+
+{table(["seconds", "idle workers", "train function entered", "first step", "whole fit()"], rows)}
+
+The prestarted process becomes the worker actor, so the pod holds no extra process once
+training runs; its memory is what the actor would use anyway (torch imported: about
+350 MiB). A worker group restarted after a failure starts new processes (the raylet does not
+prestart again), so its start-up is the "without" row's.
+"""
+    return text, headline
+
+
 #: Measured by hand (phase timestamps in the driver and the workers), not by the benchmark.
 STARTUP_WHERE_THE_TIME_GOES = """\
 **Where the time goes** (trainer_runtime, 2 workers; timestamps taken in the driver and in
@@ -378,10 +446,11 @@ loading the 2 cores to 8.6-14.3. What is left is Ray's actor start, `import torc
 `import torch._dynamo` in `prepare_model` (1.1 s): the 2.5 s goal is not met on this machine
 until those imports get cheaper or move out of the path.
 
-**Moving the imports out of the path: Ray's worker preloading (2026-12-05, measured by hand,
-not adopted).** Ray 2.60 can import modules in every worker process it starts, before the
-process takes work (`RAY_preload_python_modules`), and can start idle workers ahead of demand
-(on the first driver of a node, or at the raylet's start with `RAY_enable_worker_prestart=1`).
+**Moving the imports out of the path: Ray's worker preloading (2026-12-05, measured by hand;
+adopted for the operator's worker pods, section 4b).** Ray 2.60 can import modules in every
+worker process it starts, before the process takes work (`RAY_preload_python_modules`), and
+can start idle workers ahead of demand (on the first driver of a node, or at the raylet's
+start with `RAY_enable_worker_prestart=1`).
 Three experiments (`trainer_runtime` only, 2 workers, same machine, back to back):
 
 * On the benchmark's cluster above, with
@@ -411,20 +480,26 @@ Three experiments (`trainer_runtime` only, 2 workers, same machine, back to back
   fit's actors took the prestarted processes with them, and new ones import first.
 
 So preloading saves the imports only in prestarted processes that Ray hands to the
-placement-group actors. In fresh processes it moves the cost and adds memory (330 MiB of RSS
-per idle worker with torch imported). On the operator's layout it takes three variables on
-the worker pods (`RAY_enable_worker_prestart=1`, `RAY_preload_python_modules`,
-`RAY_num_workers_soft_limit`). That is not adopted yet; it needs:
+placement-group actors; in fresh processes it moves the cost. On the operator's layout it
+takes three variables on the worker pods, which the operator now renders
+(`trainjob_operator/render/ray.py`, `worker_prestart_env`):
 
-* the pods rendered with those variables, CPU/GPU workers only. TPU hosts' actors get a
-  `runtime_env` with per-host variables, so Ray cannot give them a prestarted worker. The
-  same holds while the driver passes `spec.env` as `worker_env`, which the pods already
-  have.
-* the idle worker's memory counted in the pod's request.
-* the real-node tier run with it.
+* `RAY_enable_worker_prestart=1` and `RAY_num_workers_soft_limit=1` on CPU and GPU worker
+  pods. The raylet prestarts one worker per CPU and stops all but one idle worker (soft
+  limit 1, whatever the pod's CPU count: a pod of 4 CPUs measured here kept one), which the
+  pod's one worker actor then takes.
+* `RAY_preload_python_modules=torch.distributed,torch._dynamo` only for torch on CPU, and
+  only where `resourcesPerWorker.memory` leaves 512 MiB per CPU (every prestarted worker
+  imports before the raylet stops the extras: 602 MiB for two on this machine). Not on GPU
+  pods, where an import before Ray assigns the GPUs could fix which devices CUDA sees (not
+  testable here), and not for JAX, which reads its platform settings when imported.
+* Nothing on TPU hosts: their actors carry per-host variables in a `runtime_env`, and Ray
+  starts a new process for a runtime_env. For the same reason the in-pod driver no longer
+  passes `spec.env` as `worker_env` (the worker pods carry it already).
 
-This would cut the first `fit()` of a TrainJob, which is the start-up that matters for a
-job, but not a restarted worker group's.
+The worker group logs how many actors ran in prestarted processes; the real-node tier asserts
+that both of the quickstart's did. This cuts a TrainJob's first `fit()` (section 4b), not a
+restarted worker group's, whose actors start new processes.
 
 The imports' cost itself is the floor for a new process: in a new Ray actor on the idle
 machine (one or two at once, 7 actors) `import torch, torch.distributed` took 1.41-1.52 s
