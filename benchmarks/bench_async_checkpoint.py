@@ -519,9 +519,13 @@ def raw_bounds(args: argparse.Namespace, emulator: common.Emulator | None) -> di
         A case is ``(label, fn[, prepare[, cleanup]])``: ``prepare(i)`` runs untimed, then
         ``fn(i)`` is timed, then ``cleanup(i)`` runs untimed (either may be None). Cases named
         in ``after_idle`` first sleep ``--raw-gap-s`` seconds, as a run computes between two
-        checkpoints.
+        checkpoints. Besides the wall time, each case's CPU seconds are kept: this process's
+        (``client_cpu_s``, every thread) and the emulator's (``server_cpu_s``).
         """
         times: dict[str, list[float]] = {c[0]: [] for c in cases}
+        cpu: dict[str, list[float]] = {c[0]: [] for c in cases}
+        server_cpu: dict[str, list[float]] = {c[0]: [] for c in cases}
+        server_pid = emulator.pid if emulator is not None else None
         for i in range(repeats):
             for case in cases:
                 label, fn = case[0], case[1]
@@ -531,9 +535,14 @@ def raw_bounds(args: argparse.Namespace, emulator: common.Emulator | None) -> di
                     time.sleep(args.raw_gap_s)
                 if prepare is not None:
                     prepare(i)
+                c0, s0 = time.process_time(), common.process_cpu_seconds(server_pid)
                 t0 = time.perf_counter()
                 fn(i)
                 times[label].append(time.perf_counter() - t0)
+                cpu[label].append(time.process_time() - c0)
+                s1 = common.process_cpu_seconds(server_pid)
+                if s0 is not None and s1 is not None:
+                    server_cpu[label].append(s1 - s0)
                 if cleanup is not None:
                     cleanup(i)
         for label, secs in times.items():
@@ -542,8 +551,18 @@ def raw_bounds(args: argparse.Namespace, emulator: common.Emulator | None) -> di
                 "seconds": secs,
                 "mib_s": args.size_mib / med,
                 "after_idle_s": args.raw_gap_s if label in after_idle else 0.0,
+                "client_cpu_s": cpu[label],
+                "server_cpu_s": server_cpu[label],
             }
-            print(f"  raw {label}: {args.size_mib / med:,.1f} MiB/s (median of {repeats})")
+            server = (
+                f", emulator CPU {common.median(server_cpu[label]):.2f} s"
+                if server_cpu[label] and label.startswith(("gcs", "ours_gcs"))
+                else ""
+            )
+            print(
+                f"  raw {label}: {args.size_mib / med:,.1f} MiB/s (median of {repeats}), "
+                f"this process's CPU {common.median(cpu[label]):.2f} s{server}"
+            )
 
     def touch_memory(i: int) -> None:
         np.ones(size, dtype=np.uint8)  # allocated, filled and freed at once
