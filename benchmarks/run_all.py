@@ -853,7 +853,7 @@ def _notes(ckpts: list[dict[str, Any]]) -> str:
         "(0.84x), with ours uploading faster (77.6 vs 63.4 MiB/s) and time-based goodput "
         "excluding the loop's writes equal (99.99% vs 99.91%). The upload threads run at nice "
         "+10 but share the worker process's GIL with the training loop, and the emulator runs "
-        "at normal priority; not yet profiled. Ray Train's uploads go through pyarrow's C++ "
+        "at normal priority. Ray Train's uploads go through pyarrow's C++ "
         "filesystem (no Python per chunk); ours through google-cloud-storage's resumable "
         "uploads in 100 MiB chunks, each a fresh buffer (see the note on faulting in new "
         "memory in this VM above). That hypothesis did not hold: with 32 MiB chunks "
