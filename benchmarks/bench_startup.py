@@ -146,16 +146,14 @@ def _ray_cli(*args: str, env: dict[str, str] | None = None) -> None:
 
 
 def _idle_workers() -> int:
-    """Ray worker processes waiting for work on this machine (``ray::IDLE``)."""
-    count = 0
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if (proc / "cmdline").read_bytes().startswith(b"ray::IDLE"):
-                    count += 1
-            except OSError:
-                continue
-    return count
+    """Ray worker processes waiting for work on this machine (process title ``ray::IDLE``)."""
+    from trainjob_operator.launcher.ray_node import cmdline
+
+    return sum(
+        1
+        for entry in os.scandir("/proc")
+        if entry.name.isdigit() and " ".join(cmdline(int(entry.name))).startswith("ray::IDLE")
+    )
 
 
 def start_pod_layout(workers: int, env: dict[str, str], settle_s: float) -> int:
