@@ -98,6 +98,7 @@ class TrainSession:
         #: rank, so each upload first asks the controller whether its round is still open
         #: (see :meth:`_claim_upload`).
         self.claim_uploads = claim_uploads and context.world_size > 1
+        self._protected: tuple[tuple[str, Path], ...] | None = None
         self._uploader: AsyncUploader | None = None
         self._lock = threading.Lock()
         #: Answers this rank waits for, by request id (see :meth:`request`).
@@ -334,12 +335,11 @@ class TrainSession:
 
     def _refuse_deleting_storage(self, folder: Path, explicit: bool) -> None:
         """Refuse to delete, after its upload, a folder that holds the run's own storage."""
-        if not self.storage.local_path(self.run_path):
+        protected = self._protected_local_folders()
+        if not protected:
             return
         folder = folder.resolve()
-        storage_root = Path(self.context.storage_path).resolve()
-        run = Path(self.run_path).resolve()
-        for what, path in (("run folder", run), ("storage_path", storage_root)):
+        for what, path in protected:
             if path.is_relative_to(folder):
                 why = "" if explicit else " (the default with CheckpointUploadMode.ASYNC)"
                 raise ReportError(
@@ -348,6 +348,20 @@ class TrainSession:
                     "Write the checkpoint to a new temporary folder (tempfile.mkdtemp()), or "
                     "pass delete_local_checkpoint_after_upload=False"
                 )
+
+    def _protected_local_folders(self) -> tuple[tuple[str, Path], ...]:
+        """The run folder and storage root, resolved once per session (they do not move
+        during a run; resolving them on every report() cost two realpath walks); empty
+        when the run's storage is not local."""
+        if self._protected is None:
+            if not self.storage.local_path(self.run_path):
+                self._protected = ()
+            else:
+                self._protected = (
+                    ("run folder", Path(self.run_path).resolve()),
+                    ("storage_path", Path(self.context.storage_path).resolve()),
+                )
+        return self._protected
 
     # -- uploads --------------------------------------------------------------------------
     def _claim_for(self, round_index: int) -> Callable[[], bool] | None:

@@ -126,6 +126,32 @@ def test_the_snapshot_names_the_folder_and_what_changed(tmp_path: Path) -> None:
     assert "rewritten: b" in text and "tempfile.mkdtemp()" in text
 
 
+def test_the_snapshot_lists_files_as_os_walk_does(tmp_path: Path) -> None:
+    """Nested files by relative path, a symlinked file with its target's size, no symlinked
+    folder, no dangling link, no commit marker (the upload stores exactly these)."""
+    folder = tmp_path / "ckpt"
+    (folder / "model" / "shard").mkdir(parents=True)
+    (folder / "model" / "shard" / "w.bin").write_bytes(b"x" * 7)
+    (folder / "meta.json").write_text("{}")
+    (folder / COMMIT_MARKER).write_text("{}")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "big.bin").write_bytes(b"y" * 11)
+    (folder / "linked.bin").symlink_to(outside / "big.bin")
+    (folder / "linked_dir").symlink_to(outside)
+    (folder / "dangling").symlink_to(tmp_path / "missing")
+    files = take_snapshot(folder).files
+    assert sorted(files) == ["linked.bin", "meta.json", "model/shard/w.bin"]
+    assert files["model/shard/w.bin"][0] == 7 and files["linked.bin"][0] == 11
+    expected = {
+        os.path.relpath(os.path.join(d, n), folder): os.stat(os.path.join(d, n)).st_size
+        for d, _, names in os.walk(folder)
+        for n in names
+        if os.path.exists(os.path.join(d, n)) and n != COMMIT_MARKER
+    }
+    assert {rel: size for rel, (size, _) in files.items()} == expected
+
+
 def test_permanent_errors_are_told_from_transient_ones() -> None:
     assert is_permanent_error(PermissionError(errno.EACCES, "Permission denied", "/x"))
     assert is_permanent_error(OSError(errno.EROFS, "Read-only file system"))
