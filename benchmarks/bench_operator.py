@@ -472,6 +472,70 @@ def bound(api: Api, template: dict[str, Any], jobs: int, concurrency: int) -> di
     }
 
 
+def bound_with_trainjobs(
+    api: Api, template: dict[str, Any], jobs: int, concurrency: int
+) -> dict[str, Any]:
+    """The bound with the TrainJobs' own creates: what an operator that took no CPU and no
+    time would make the API server do during the burst.
+
+    This process POSTs ``jobs`` TrainJobs back to back, as the burst does (one client, into
+    :data:`BOUND_NAMESPACE`, which the operator does not watch), and a plain client of
+    ``concurrency`` threads POSTs each TrainJob's children (rendered before the clock starts)
+    as soon as its TrainJob exists: every non-Pod child, then the Pods. TrainJobs per second
+    from the first TrainJob POST to the last child's answer, as the burst's figure.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from trainjob_operator.api import parse_trainjob
+    from trainjob_operator.kube import resource_path
+    from trainjob_operator.render import render_for_reconcile
+
+    trainjobs: list[dict[str, Any]] = []
+    children: list[list[tuple[str, dict[str, Any]]]] = []
+    for i in range(jobs):
+        obj = _job_body(f"boundtj-{i:04d}", template)
+        obj["metadata"]["namespace"] = BOUND_NAMESPACE
+        trainjobs.append(copy.deepcopy(obj))
+        obj["metadata"]["uid"] = f"boundtj-uid-{i:04d}"
+        mine = []
+        for child in render_for_reconcile(parse_trainjob(obj), obj["metadata"]["uid"], 0, 0):
+            child = dict(child)
+            child["metadata"] = {
+                k: v for k, v in child["metadata"].items() if k != "ownerReferences"
+            }
+            child["metadata"]["namespace"] = BOUND_NAMESPACE
+            mine.append((resource_path(child["kind"], BOUND_NAMESPACE), child))
+        mine.sort(key=lambda item: item[1]["kind"] == "Pod")  # a Pod names its ServiceAccount
+        children.append(mine)
+
+    def post_children(items: list[tuple[str, dict[str, Any]]]) -> None:
+        for path, child in items:
+            status, body = api.request("POST", path, child)
+            if status != 201:
+                raise RuntimeError(f"bound: POST {path}: HTTP {status}: {body}")
+
+    path = TRAINJOBS.format(ns=BOUND_NAMESPACE)
+    with ThreadPoolExecutor(concurrency, thread_name_prefix="bound-tj") as pool:
+        t0 = time.perf_counter()
+        futures = []
+        for obj, items in zip(trainjobs, children, strict=True):
+            status, body = api.request("POST", path, obj)
+            if status != 201:
+                raise RuntimeError(f"bound: POST TrainJob: HTTP {status}: {body}")
+            futures.append(pool.submit(post_children, items))
+        submitted = time.perf_counter() - t0
+        for future in futures:
+            future.result()
+        span = time.perf_counter() - t0
+    return {
+        "jobs": jobs,
+        "concurrency": concurrency,
+        "span_s": span,
+        "submit_s": submitted,
+        "jobs_per_s": jobs / span,
+    }
+
+
 def expected_children(template: dict[str, Any]) -> dict[str, int]:
     """What the operator's renderer makes for one TrainJob of this manifest, by kind."""
     from trainjob_operator.api import parse_trainjob
@@ -654,6 +718,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 f"{result['bound']['jobs_per_s']:.1f} TrainJobs/s "
                 f"({result['bound']['creates_per_s']:.0f} creates/s); the operator's burst is "
                 f"{common.fmt(result['bound']['operator_ratio'], 3)} of it",
+                flush=True,
+            )
+            # The same with the TrainJobs' own creates (an operator that costs nothing).
+            result["bound_with_trainjobs"] = bound_with_trainjobs(
+                api, template, args.jobs, args.bound_concurrency
+            )
+            marks["bound_with_trainjobs_end"] = time.time()
+            result["bound_with_trainjobs"]["operator_ratio"] = (
+                rate / result["bound_with_trainjobs"]["jobs_per_s"] if rate else None
+            )
+            print(
+                f"[operator] bound with the TrainJob creates: "
+                f"{result['bound_with_trainjobs']['jobs_per_s']:.1f} TrainJobs/s (their POSTs "
+                f"{result['bound_with_trainjobs']['submit_s']:.2f} s); the operator's burst is "
+                f"{common.fmt(result['bound_with_trainjobs']['operator_ratio'], 3)} of it",
                 flush=True,
             )
             # 3. scale up to --total, then steady state

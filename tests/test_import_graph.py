@@ -39,6 +39,7 @@ CONTROL_PLANE = (
     "trainjob_operator.render",
     "trainjob_operator.reconcile",
     "trainjob_operator.operator_main",
+    "trainjob_operator.pod_watch",
 )
 HEAVY = ("ray", "torch", "jax")
 LAUNCHER = "trainjob_operator.launcher"

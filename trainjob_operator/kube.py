@@ -177,6 +177,18 @@ class KubeConfig:
         return cls.from_kubeconfig()
 
 
+def ssl_context(config: KubeConfig) -> ssl.SSLContext:
+    """The TLS settings of ``config``: its CA, its client certificate, or no verification
+    when ``insecure`` (shared by :class:`KubeClient` and the operator's pod watch)."""
+    context = ssl.create_default_context(cafile=config.ca_file)
+    if config.insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if config.client_cert:
+        context.load_cert_chain(config.client_cert, config.client_key)
+    return context
+
+
 def resource_path(
     kind: str, namespace: str | None, name: str | None = None, subresource: str | None = None
 ) -> str:
@@ -226,15 +238,7 @@ class KubeClient:
         self._hostname = url.hostname
         self._port = url.port
         self._base_path = url.path.rstrip("/")
-        self._ssl: ssl.SSLContext | None = None
-        if url.scheme == "https":
-            context = ssl.create_default_context(cafile=config.ca_file)
-            if config.insecure:
-                context.check_hostname = False
-                context.verify_mode = ssl.CERT_NONE
-            if config.client_cert:
-                context.load_cert_chain(config.client_cert, config.client_key)
-            self._ssl = context
+        self._ssl = ssl_context(config) if url.scheme == "https" else None
         self._local = threading.local()
 
     def _connection(self) -> http.client.HTTPConnection:

@@ -3,8 +3,10 @@
 Triggers: a TrainJob's watch events when it is new to this process (created, or listed at
 start-up) or its spec changed (:meth:`Operator.event_trigger`), a periodic timer per TrainJob
 (deadlines, TTL, validation pool idling, the driver's status updates), and changes of pods the
-operator manages (so pod phases are seen at once; a pod's creation is not one, see
-:func:`pod_event_triggers`). Only kopf's low-level event handlers are used: its change
+operator manages (so pod phases are seen at once; a pod's creation is not one), from a plain
+pod watch (:mod:`trainjob_operator.pod_watch`), not kopf's: kopf's per-event machinery ran for
+every pod the operator created, only for the event to be ignored (issue 20). Only kopf's
+low-level event handlers are used for TrainJobs: its change
 handlers would add a finalizer and a diff-base annotation to every TrainJob (two PATCHes,
 and the create handler ran only once the first had echoed back), which nothing here needs:
 owner references delete the children.
@@ -62,7 +64,8 @@ from trainjob_operator.leader import (
     elector_from_args,
     run_with_leader_election,
 )
-from trainjob_operator.reconcile.apply import NAME_LABEL, Renderer, reconcile_trainjob
+from trainjob_operator.pod_watch import pod_watches
+from trainjob_operator.reconcile.apply import Renderer, reconcile_trainjob
 from trainjob_operator.reconcile.fingerprint import trainjob_fingerprint
 
 logger = logging.getLogger("trainjob_operator")
@@ -303,6 +306,21 @@ class Operator:
                 return "create" if event_type == "ADDED" or not has_status else "resume"
             return "update" if self._generations[key] != generation else None
 
+    def on_pod_change(self, namespace: str, name: str) -> None:
+        """A managed pod of TrainJob ``namespace/name`` changed or went away
+        (:mod:`trainjob_operator.pod_watch`): reconcile it on the pool, unless a reconcile of
+        it already waits (that one reads the pod as it is now)."""
+        if self.enqueue((namespace, name), "pod"):
+            assert self.executor is not None, "run_operator sets the executor"
+            self.executor.submit(self.on_event, namespace, name, "pod", None, True)
+
+    def expire_timers(self) -> None:
+        """Forget what every TrainJob looked like after its last reconcile, so that its next
+        timer tick reconciles it: the pod watch may have missed changes (it listed again after
+        its version expired), and each tick reads the TrainJob's pods anew."""
+        with self._lock:
+            self._timer_state.clear()
+
     def forget(self, key: tuple[str, str]) -> None:
         """TrainJob ``key`` was deleted: drop what is kept about it."""
         with self._lock:
@@ -438,18 +456,6 @@ class Operator:
                 PHASES.labels(phase.value).set(counts[phase])
 
 
-def pod_event_triggers(event_type: str | None) -> bool:
-    """Whether a watch event of a managed pod asks for a reconcile of its TrainJob.
-
-    ``ADDED`` does not: only the operator creates these pods, and the reconcile that created
-    one already planned with it (each pod's creation echoing back as a reconcile was 3 of the
-    ~6 reconciles per new TrainJob in ``benchmarks/bench_operator.py``, issue 20). A change
-    (``MODIFIED``: scheduled, running, failed, being evicted), a deletion, and kopf's initial
-    listing (``None``: pods that existed before the operator started) do.
-    """
-    return event_type != "ADDED"
-
-
 def register(
     registry: kopf.OperatorRegistry, operator: Operator, timer_interval: float = 5.0
 ) -> TimerSchedule:
@@ -496,27 +502,6 @@ def register(
     # are deleted by their owner references; a TrainJob of an earlier version still holding
     # kopf's finalizer gets it removed by kopf (no handler requires it any more).
     kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)(on_trainjob_event)
-
-    async def on_pod(labels: Any, namespace: Any, type: Any = None, **_: Any) -> None:
-        # On the event loop: most pod events (their own ADDED) need nothing, and a synchronous
-        # handler would wait for a thread of the pool, behind the reconciles, holding the
-        # pod's body meanwhile (during a burst: thousands of them; issue 20).
-        job = labels.get(NAME_LABEL)
-        if not (job and namespace and pod_event_triggers(type)):
-            return
-        if operator.enqueue((str(namespace), str(job)), "pod"):
-            await asyncio.get_running_loop().run_in_executor(
-                operator.executor,
-                operator.reconcile,
-                str(namespace),
-                str(job),
-                "pod",
-                None,
-                None,
-                True,
-            )
-
-    kopf.on.event("", "v1", "pods", labels=MANAGED, registry=registry)(on_pod)
     return schedule
 
 
@@ -648,16 +633,28 @@ def run_operator(
 
     async def main() -> None:
         timers = asyncio.create_task(run_timers(operator, schedule, executor))
+        selector = ",".join(f"{k}={v}" for k, v in MANAGED.items())
         try:
-            await kopf.operator(
-                registry=registry,
-                standalone=True,
-                clusterwide=not namespaces,
-                namespaces=namespaces or [],
-                stop_flag=stop_flag,
-                ready_flag=ready_flag,
-                liveness_endpoint=liveness_endpoint,
-            )
+            async with pod_watches(
+                config, namespaces, selector, operator.on_pod_change, operator.expire_timers
+            ) as watches:
+                # The pods are listed before kopf lists the TrainJobs: no change of a pod
+                # falls between the two (kopf's ready flag then means both are watched).
+                for watch in watches:
+                    while not watch.listed.is_set():
+                        if stop_flag is not None and stop_flag.is_set():
+                            return
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(watch.listed.wait(), 0.5)
+                await kopf.operator(
+                    registry=registry,
+                    standalone=True,
+                    clusterwide=not namespaces,
+                    namespaces=namespaces or [],
+                    stop_flag=stop_flag,
+                    ready_flag=ready_flag,
+                    liveness_endpoint=liveness_endpoint,
+                )
         finally:
             timers.cancel()
             with contextlib.suppress(asyncio.CancelledError):

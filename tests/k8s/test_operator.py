@@ -192,6 +192,34 @@ def test_trainjob_becomes_a_ray_cluster_and_succeeds(
     assert {"Created", "Running", "Succeeded"} <= reasons
 
 
+def test_a_pod_change_is_reconciled_at_once_through_the_pod_watch(
+    kube: KubeClient, operator: RunningOperator
+) -> None:
+    # The TrainJob itself does not change, so its timer ticks skip it until the 60 s resync:
+    # only the pod watch (trainjob_operator.pod_watch) can bring the reconcile within 15 s.
+    from prometheus_client import REGISTRY
+
+    def pod_reconciles() -> float:
+        return REGISTRY.get_sample_value("trainjob_reconciles_total", {"trigger": "pod"}) or 0.0
+
+    ns = operator.namespace
+    make_job(kube, ns)
+    wait_for("4 pods", lambda: len(pods(kube, ns)) == 4)
+    make_all_ready(kube, ns)  # Running: no deadline or callback due, nothing for a tick to do
+    wait_for("Running", lambda: job_status(kube, ns).get("phase") == "Running")
+    time.sleep(2.0)  # let the ticks of the Running status pass
+    before = pod_reconciles()
+    worker = sorted(n for n, p in pods(kube, ns).items() if role(p) == "worker")[0]
+    old_uid = pods(kube, ns)[worker]["metadata"]["uid"]
+    set_pod_phase(kube, ns, worker, "Failed")
+    wait_for(
+        "failed worker replaced",
+        lambda: worker in (p := pods(kube, ns)) and p[worker]["metadata"]["uid"] != old_uid,
+        timeout=15,
+    )
+    assert pod_reconciles() > before
+
+
 def test_lost_worker_is_recreated_and_driver_failure_restarts_the_cluster(
     kube: KubeClient, operator: RunningOperator
 ) -> None:

@@ -337,15 +337,6 @@ def test_jobs_gauge_has_a_series_for_every_phase(monkeypatch: pytest.MonkeyPatch
     assert values == {p: (2.0 if p == Phase.SUSPENDED else 0.0) for p in Phase}
 
 
-def test_a_managed_pod_being_added_does_not_trigger_a_reconcile() -> None:
-    # The operator's own creates echo back as ADDED; changes, deletions and the initial
-    # listing after a start (type None) do reconcile.
-    assert not operator_main.pod_event_triggers("ADDED")
-    assert operator_main.pod_event_triggers("MODIFIED")
-    assert operator_main.pod_event_triggers("DELETED")
-    assert operator_main.pod_event_triggers(None)
-
-
 def test_timer_schedule_ticks_each_trainjob_an_interval_after_it_was_seen_and_after_each_tick() -> (
     None
 ):
