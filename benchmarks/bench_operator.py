@@ -349,8 +349,11 @@ def scrape_metrics(port: int) -> dict[str, float]:
     return out
 
 
-def wait_quiet(metrics_port: int, timeout: float, quiet_s: float = 3.0) -> float:
-    """Wait until no create- or pod-triggered reconcile ran for ``quiet_s``; returns the wait."""
+def wait_quiet(
+    metrics_port: int, timeout: float, quiet_s: float = 3.0, timers_too: bool = False
+) -> float:
+    """Wait until no create- or pod-triggered reconcile (with ``timers_too``: no reconcile at
+    all) ran for ``quiet_s``; returns the wait."""
     t0 = time.monotonic()
 
     def event_reconciles() -> float:
@@ -358,7 +361,8 @@ def wait_quiet(metrics_port: int, timeout: float, quiet_s: float = 3.0) -> float
         return sum(
             v
             for k, v in m.items()
-            if k.startswith("trainjob_reconciles_total{") and ('"pod"' in k or '"create"' in k)
+            if k.startswith("trainjob_reconciles_total{")
+            and (timers_too or '"pod"' in k or '"create"' in k)
         )
 
     last = event_reconciles()
@@ -536,6 +540,14 @@ def bound_with_trainjobs(
     }
 
 
+def _print_bound(what: str, bound: dict[str, Any]) -> None:
+    print(
+        f"[operator] {what} = {bound['jobs_per_s']:.1f} TrainJobs/s; the operator's burst is "
+        f"{common.fmt(bound['operator_ratio'], 3)} of it",
+        flush=True,
+    )
+
+
 def expected_children(template: dict[str, Any]) -> dict[str, int]:
     """What the operator's renderer makes for one TrainJob of this manifest, by kind."""
     from trainjob_operator.api import parse_trainjob
@@ -703,8 +715,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             phases.append({**phase_figures(tracker, burst, "burst"), **sub, "all_done": ok})
             print(_phase_line(phases[-1]), flush=True)
             # The bound: the same children for as many TrainJobs, by a plain concurrent client,
-            # on the same API server, right after the burst (the operator is idle again).
-            wait_quiet(metrics_port, args.timeout_s)
+            # on the same API server, right after the burst, once the operator is idle again
+            # (its first timer ticks of the burst's TrainJobs, 5 s after each, done too).
+            wait_quiet(metrics_port, args.timeout_s, quiet_s=3.0, timers_too=True)
             marks["bound_start"] = time.time()
             result["bound"] = bound(api, template, args.jobs, args.bound_concurrency)
             marks["bound_end"] = time.time()
@@ -712,13 +725,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             result["bound"]["operator_ratio"] = (
                 rate / result["bound"]["jobs_per_s"] if rate else None
             )
-            print(
-                f"[operator] bound: {result['bound']['creates']} creates by "
-                f"{args.bound_concurrency} threads in {result['bound']['span_s']:.2f} s = "
-                f"{result['bound']['jobs_per_s']:.1f} TrainJobs/s "
-                f"({result['bound']['creates_per_s']:.0f} creates/s); the operator's burst is "
-                f"{common.fmt(result['bound']['operator_ratio'], 3)} of it",
-                flush=True,
+            _print_bound(
+                f"bound: {result['bound']['creates']} creates by {args.bound_concurrency} "
+                f"threads in {result['bound']['span_s']:.2f} s",
+                result["bound"],
             )
             # The same with the TrainJobs' own creates (an operator that costs nothing).
             result["bound_with_trainjobs"] = bound_with_trainjobs(
@@ -728,12 +738,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             result["bound_with_trainjobs"]["operator_ratio"] = (
                 rate / result["bound_with_trainjobs"]["jobs_per_s"] if rate else None
             )
-            print(
-                f"[operator] bound with the TrainJob creates: "
-                f"{result['bound_with_trainjobs']['jobs_per_s']:.1f} TrainJobs/s (their POSTs "
-                f"{result['bound_with_trainjobs']['submit_s']:.2f} s); the operator's burst is "
-                f"{common.fmt(result['bound_with_trainjobs']['operator_ratio'], 3)} of it",
-                flush=True,
+            _print_bound(
+                "bound with the TrainJob creates (their POSTs "
+                f"{result['bound_with_trainjobs']['submit_s']:.2f} s)",
+                result["bound_with_trainjobs"],
             )
             # 3. scale up to --total, then steady state
             more = [f"scale-{i:04d}" for i in range(max(0, args.total - len(seq) - len(burst)))]
