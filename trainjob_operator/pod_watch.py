@@ -262,7 +262,9 @@ class PodWatch:
             except _Gone:
                 logger.info("Pod watch (%s): version expired (410), listing again", self.where)
                 self.resource_version = None
-            except (aiohttp.ClientError, TimeoutError, WatchRefused, ValueError) as exc:
+            except Exception as exc:  # noqa: BLE001 - a watch that stops would go unnoticed
+                # Unreachable, refused, a malformed answer, a failing callback: logged and
+                # tried again (the watch resumes from the last version it saw).
                 delay = RETRY_DELAYS[min(failures, len(RETRY_DELAYS) - 1)]
                 failures += 1
                 logger.warning(
