@@ -44,7 +44,7 @@ COPY trainer_runtime ./trainer_runtime
 
 # --------------------------------------------------------------------------------------------
 FROM source AS operator-build
-# The core install (no extras): pydantic, pyyaml, kopf, prometheus-client.
+# The core install (no extras): pydantic, pyyaml, kopf, prometheus-client, aiohttp.
 RUN python -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-cache-dir . \
     && /opt/venv/bin/python -m compileall -q /opt/venv/lib
