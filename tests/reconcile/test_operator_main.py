@@ -523,3 +523,32 @@ def test_fingerprint_after_writes_ignores_own_writes_but_not_changes_in_between(
         written(annotations={"team": "b", LAST_DEMAND_ANNOTATION: "t1"}),  # a user's edit
     ):
         assert after(other) == trainjob_fingerprint(read)
+
+
+def test_status_defaults_the_api_server_adds_are_not_someone_elses_change() -> None:
+    # A new TrainJob (no status) gets its first status write; the CRD's schema defaults
+    # workerFailures (a driver-owned key) to 0, so the answer holds it though the operator
+    # did not write it. Absent and 0 read the same: the next tick must not reconcile again.
+    from trainjob_operator.api.status import status_defaults
+    from trainjob_operator.reconcile.fingerprint import fingerprint_after_writes
+    from trainjob_operator.reconcile.plan import OPERATOR_STATUS_KEYS
+
+    read = {"metadata": {"generation": 1}}
+    written = {
+        "metadata": {"generation": 1},
+        "status": {"phase": "Starting", "restarts": 0, "workerFailures": 0},
+    }
+    defaults = status_defaults()
+    assert defaults["workerFailures"] == 0 and defaults["conditions"] == []
+    assert fingerprint_after_writes(read, written, OPERATOR_STATUS_KEYS, [], defaults) == (
+        trainjob_fingerprint(written)
+    )
+    # Without the defaults it looked like someone else's change (what every new TrainJob's
+    # first tick reconciled for), and a real driver update still does.
+    assert fingerprint_after_writes(read, written, OPERATOR_STATUS_KEYS, []) == (
+        trainjob_fingerprint(read)
+    )
+    driver = {**written, "status": {**written["status"], "workerFailures": 1}}
+    assert fingerprint_after_writes(read, driver, OPERATOR_STATUS_KEYS, [], defaults) == (
+        trainjob_fingerprint(read)
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -25,6 +25,7 @@ __all__ = [
     "ValidationPoolStatus",
     "ValidationsStatus",
     "WorkersStatus",
+    "status_defaults",
 ]
 
 #: entries kept in ``status.restartHistory`` (the oldest go first).
@@ -331,3 +332,15 @@ class TrainJobStatus(ApiModel):
         if generation is not None:
             found.observed_generation = generation
         self.conditions = self.conditions  # counts as set (a patch of the status includes it)
+
+
+def status_defaults() -> dict[str, Any]:
+    """The status keys that have a value when absent (``restarts: 0``, ``conditions: []``...),
+    by their API names: the CRD's schema defaults some of them, so the API server adds them
+    to the first status write, and a status without them reads the same."""
+    defaults: dict[str, Any] = {}
+    for name, field in TrainJobStatus.model_fields.items():
+        value = field.get_default(call_default_factory=True)
+        if value is not None:
+            defaults[field.alias or name] = value
+    return defaults

@@ -21,6 +21,7 @@ from typing import Any
 
 from trainjob_operator.api.errors import ManifestError
 from trainjob_operator.api.manifest import parse_trainjob
+from trainjob_operator.api.status import status_defaults
 from trainjob_operator.constants import API_VERSION, KIND, NAME_LABEL, TIMESTAMP_FORMAT
 from trainjob_operator.kube import ApiError, KubeClient
 from trainjob_operator.reconcile.fingerprint import fingerprint_after_writes
@@ -57,6 +58,8 @@ EVENT_MESSAGE_LIMIT = 2048
 #: (``KubeClient`` holds one per thread).
 CREATE_CONCURRENCY = 16
 _create_pool: ThreadPoolExecutor | None = None
+#: Status keys that read the same absent and with this value (see ``fingerprint_after_writes``).
+STATUS_DEFAULTS = status_defaults()
 
 
 def _pool() -> ThreadPoolExecutor:
@@ -229,7 +232,7 @@ def reconcile_trainjob(
         )
     plan.trainjob_after = execute_plan(client, obj, plan, now)
     plan.fingerprint_after = fingerprint_after_writes(
-        obj, plan.trainjob_after, OPERATOR_STATUS_KEYS, plan.annotations
+        obj, plan.trainjob_after, OPERATOR_STATUS_KEYS, plan.annotations, STATUS_DEFAULTS
     )
     plan.generation_read = generation
     return plan

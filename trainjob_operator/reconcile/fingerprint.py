@@ -57,6 +57,7 @@ def fingerprint_after_writes(
     written: Mapping[str, Any],
     own_status_keys: Collection[str],
     own_annotations: Collection[str],
+    status_defaults: Mapping[str, Any] | None = None,
 ) -> str:
     """The fingerprint a timer tick compares the TrainJob with after a reconcile that planned
     from ``read`` and whose last write answered ``written``.
@@ -66,9 +67,23 @@ def fingerprint_after_writes(
     something else changed in between (the driver's status update, a user's edit landed after
     the read and before the write, so this reconcile did not plan with it): the next tick then
     finds the TrainJob changed and reconciles, instead of waiting for the resync.
+
+    ``status_defaults``: status keys that read the same absent and with this value. The API
+    server adds the CRD's defaults (``workerFailures: 0``) to a TrainJob's first status
+    write; without them every new TrainJob looked changed by someone else, and its first
+    timer tick reconciled it again for nothing (issue 20).
     """
     if written is read:
         return trainjob_fingerprint(read)
-    before = trainjob_fingerprint(read, own_status_keys, own_annotations)
-    after = trainjob_fingerprint(written, own_status_keys, own_annotations)
+    defaults = status_defaults or {}
+    before = trainjob_fingerprint(_with_defaults(read, defaults), own_status_keys, own_annotations)
+    after = trainjob_fingerprint(
+        _with_defaults(written, defaults), own_status_keys, own_annotations
+    )
     return trainjob_fingerprint(written if before == after else read)
+
+
+def _with_defaults(body: Mapping[str, Any], defaults: Mapping[str, Any]) -> Mapping[str, Any]:
+    if not defaults:
+        return body
+    return {**body, "status": {**defaults, **(body.get("status") or {})}}
