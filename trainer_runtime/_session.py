@@ -7,6 +7,7 @@ One session exists per worker process while its train function runs. It turns
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -98,7 +99,6 @@ class TrainSession:
         #: rank, so each upload first asks the controller whether its round is still open
         #: (see :meth:`_claim_upload`).
         self.claim_uploads = claim_uploads and context.world_size > 1
-        self._protected: tuple[tuple[str, Path], ...] | None = None
         self._uploader: AsyncUploader | None = None
         self._lock = threading.Lock()
         #: Answers this rank waits for, by request id (see :meth:`request`).
@@ -335,7 +335,7 @@ class TrainSession:
 
     def _refuse_deleting_storage(self, folder: Path, explicit: bool) -> None:
         """Refuse to delete, after its upload, a folder that holds the run's own storage."""
-        protected = self._protected_local_folders()
+        protected = self._protected_local_folders
         if not protected:
             return
         folder = folder.resolve()
@@ -349,19 +349,17 @@ class TrainSession:
                     "pass delete_local_checkpoint_after_upload=False"
                 )
 
+    @functools.cached_property
     def _protected_local_folders(self) -> tuple[tuple[str, Path], ...]:
         """The run folder and storage root, resolved once per session (they do not move
         during a run; resolving them on every report() cost two realpath walks); empty
         when the run's storage is not local."""
-        if self._protected is None:
-            if not self.storage.local_path(self.run_path):
-                self._protected = ()
-            else:
-                self._protected = (
-                    ("run folder", Path(self.run_path).resolve()),
-                    ("storage_path", Path(self.context.storage_path).resolve()),
-                )
-        return self._protected
+        if not self.storage.local_path(self.run_path):
+            return ()
+        return (
+            ("run folder", Path(self.run_path).resolve()),
+            ("storage_path", Path(self.context.storage_path).resolve()),
+        )
 
     # -- uploads --------------------------------------------------------------------------
     def _claim_for(self, round_index: int) -> Callable[[], bool] | None:
