@@ -420,6 +420,30 @@ def request_costs(env: Any, api: Api, repeats: int = 10) -> dict[str, Any]:
     }
 
 
+def _bound_children(
+    name: str, template: dict[str, Any]
+) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+    """TrainJob ``name`` of ``template`` in :data:`BOUND_NAMESPACE`, and the children the
+    operator's own renderer makes for it, with the path each is POSTed to (rendered before a
+    bound's clock starts), in the renderer's order."""
+    from trainjob_operator.api import parse_trainjob
+    from trainjob_operator.kube import resource_path
+    from trainjob_operator.render import render_for_reconcile
+
+    obj = _job_body(name, template)
+    obj["metadata"]["namespace"] = BOUND_NAMESPACE
+    trainjob = copy.deepcopy(obj)
+    uid = obj["metadata"]["uid"] = f"{name}-uid"
+    children = []
+    for child in render_for_reconcile(parse_trainjob(obj), uid, 0, 0):
+        child = dict(child)
+        # The owner (a TrainJob that does not exist here) would be garbage collected.
+        child["metadata"] = {k: v for k, v in child["metadata"].items() if k != "ownerReferences"}
+        child["metadata"]["namespace"] = BOUND_NAMESPACE
+        children.append((resource_path(child["kind"], BOUND_NAMESPACE), child))
+    return trainjob, children
+
+
 def bound(api: Api, template: dict[str, Any], jobs: int, concurrency: int) -> dict[str, Any]:
     """The physical bound of the operator's create throughput on this API server.
 
@@ -432,23 +456,9 @@ def bound(api: Api, template: dict[str, Any], jobs: int, concurrency: int) -> di
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from trainjob_operator.api import parse_trainjob
-    from trainjob_operator.kube import resource_path
-    from trainjob_operator.render import render_for_reconcile
-
     waves: list[list[tuple[str, dict[str, Any]]]] = [[], []]
     for i in range(jobs):
-        obj = _job_body(f"bound-{i:04d}", template)
-        obj["metadata"]["namespace"] = BOUND_NAMESPACE
-        obj["metadata"]["uid"] = f"bound-uid-{i:04d}"
-        for child in render_for_reconcile(parse_trainjob(obj), obj["metadata"]["uid"], 0, 0):
-            child = dict(child)
-            # The owner (a TrainJob that does not exist here) would be garbage collected.
-            child["metadata"] = {
-                k: v for k, v in child["metadata"].items() if k != "ownerReferences"
-            }
-            child["metadata"]["namespace"] = BOUND_NAMESPACE
-            path = resource_path(child["kind"], BOUND_NAMESPACE)
+        for path, child in _bound_children(f"bound-{i:04d}", template)[1]:
             waves[child["kind"] == "Pod"].append((path, child))
 
     def post(item: tuple[str, dict[str, Any]]) -> float:
@@ -490,25 +500,11 @@ def bound_with_trainjobs(
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from trainjob_operator.api import parse_trainjob
-    from trainjob_operator.kube import resource_path
-    from trainjob_operator.render import render_for_reconcile
-
     trainjobs: list[dict[str, Any]] = []
     children: list[list[tuple[str, dict[str, Any]]]] = []
     for i in range(jobs):
-        obj = _job_body(f"boundtj-{i:04d}", template)
-        obj["metadata"]["namespace"] = BOUND_NAMESPACE
-        trainjobs.append(copy.deepcopy(obj))
-        obj["metadata"]["uid"] = f"boundtj-uid-{i:04d}"
-        mine = []
-        for child in render_for_reconcile(parse_trainjob(obj), obj["metadata"]["uid"], 0, 0):
-            child = dict(child)
-            child["metadata"] = {
-                k: v for k, v in child["metadata"].items() if k != "ownerReferences"
-            }
-            child["metadata"]["namespace"] = BOUND_NAMESPACE
-            mine.append((resource_path(child["kind"], BOUND_NAMESPACE), child))
+        trainjob, mine = _bound_children(f"boundtj-{i:04d}", template)
+        trainjobs.append(trainjob)
         mine.sort(key=lambda item: item[1]["kind"] == "Pod")  # a Pod names its ServiceAccount
         children.append(mine)
 
