@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.support import EnvTest
-from tests.support.waiting import wait_for
+from tests.support.waiting import DEFAULT_TIMEOUT_S, wait_for
 from trainjob_operator.kube import KubeClient, KubeConfig
 from trainjob_operator.operator_main import run_operator
 
@@ -192,6 +192,21 @@ def test_trainjob_becomes_a_ray_cluster_and_succeeds(
     assert {"Created", "Running", "Succeeded"} <= reasons
 
 
+def fail_first_worker_and_wait_for_its_replacement(
+    kube: KubeClient, namespace: str, timeout: float = DEFAULT_TIMEOUT_S
+) -> None:
+    """Play the kubelet: the first worker pod failed; wait until the operator recreated it
+    under the same name (a new uid)."""
+    worker = sorted(n for n, p in pods(kube, namespace).items() if role(p) == "worker")[0]
+    old_uid = pods(kube, namespace)[worker]["metadata"]["uid"]
+    set_pod_phase(kube, namespace, worker, "Failed")
+    wait_for(
+        "worker recreated under the same name",
+        lambda: worker in (p := pods(kube, namespace)) and p[worker]["metadata"]["uid"] != old_uid,
+        timeout=timeout,
+    )
+
+
 def test_a_pod_change_is_reconciled_at_once_through_the_pod_watch(
     kube: KubeClient, operator: RunningOperator
 ) -> None:
@@ -209,14 +224,7 @@ def test_a_pod_change_is_reconciled_at_once_through_the_pod_watch(
     wait_for("Running", lambda: job_status(kube, ns).get("phase") == "Running")
     time.sleep(2.0)  # let the ticks of the Running status pass
     before = pod_reconciles()
-    worker = sorted(n for n, p in pods(kube, ns).items() if role(p) == "worker")[0]
-    old_uid = pods(kube, ns)[worker]["metadata"]["uid"]
-    set_pod_phase(kube, ns, worker, "Failed")
-    wait_for(
-        "failed worker replaced",
-        lambda: worker in (p := pods(kube, ns)) and p[worker]["metadata"]["uid"] != old_uid,
-        timeout=15,
-    )
+    fail_first_worker_and_wait_for_its_replacement(kube, ns, timeout=15)
     assert pod_reconciles() > before
 
 
@@ -232,13 +240,7 @@ def test_lost_worker_is_recreated_and_driver_failure_restarts_the_cluster(
     wait_for("4 pods", lambda: len(pods(kube, ns)) == 4)
     make_all_ready(kube, ns)
     wait_for("Running", lambda: job_status(kube, ns).get("phase") == "Running")
-    worker = sorted(n for n, p in pods(kube, ns).items() if role(p) == "worker")[0]
-    old_uid = pods(kube, ns)[worker]["metadata"]["uid"]
-    set_pod_phase(kube, ns, worker, "Failed")
-    wait_for(
-        "worker recreated under the same name",
-        lambda: worker in (p := pods(kube, ns)) and p[worker]["metadata"]["uid"] != old_uid,
-    )
+    fail_first_worker_and_wait_for_its_replacement(kube, ns)
 
     driver = next(n for n, p in pods(kube, ns).items() if role(p) == "driver")
     set_pod_phase(kube, ns, driver, "Failed")
