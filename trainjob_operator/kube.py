@@ -291,8 +291,13 @@ class KubeClient:
         body: Any = None,
         content_type: str = "application/json",
         query: dict[str, str] | None = None,
+        decode: bool = True,
     ) -> Any:
         """Send one request; retry transient failures; raise ApiError otherwise.
+
+        Returns the answer's JSON body, or None without parsing it when ``decode`` is False
+        (a create that only needs to succeed: parsing a Pod's answer costs more CPU than
+        sending it; issue 20). Errors are parsed either way.
 
         Raises:
             ApiError: the server's answer (or ``Unreachable`` after the retries).
@@ -323,7 +328,7 @@ class KubeClient:
                 delay *= 2
                 continue
             if 200 <= status < 300:
-                return json.loads(raw) if raw else None
+                return json.loads(raw) if raw and decode else None
             try:
                 payload: Any = json.loads(raw)
             except ValueError:
@@ -380,6 +385,19 @@ class KubeClient:
         except ApiError as exc:
             if exc.status == 409:
                 return None
+            raise
+
+    def ensure(self, obj: dict[str, Any], namespace: str) -> bool:
+        """Create ``obj`` unless it exists: True when this call created it, False on 409.
+
+        Like :meth:`create`, without reading the created object back (the reconciler's
+        creates and Events only need to succeed)."""
+        try:
+            self.request("POST", resource_path(obj["kind"], namespace), obj, decode=False)
+            return True
+        except ApiError as exc:
+            if exc.status == 409:
+                return False
             raise
 
     def delete(self, kind: str, namespace: str, name: str) -> bool:

@@ -106,3 +106,20 @@ def test_a_rejected_first_wave_creates_no_pod(kube: KubeClient, k8s_namespace: s
     rejected = create_children(kube, k8s_namespace, children)
     assert rejected is not None and rejected[0] is account and rejected[1].status == 422
     assert not kube.list("Pod", k8s_namespace, "trainjob.dev/name=bad-sa")
+
+
+def test_ensure_creates_once_without_reading_the_object_back(
+    kube: KubeClient, k8s_namespace: str
+) -> None:
+    from trainjob_operator.kube import ApiError
+
+    account = next(m for m in _children(k8s_namespace, "ens") if m["kind"] == "ServiceAccount")
+    assert kube.ensure(account, k8s_namespace) is True  # created
+    assert kube.ensure(account, k8s_namespace) is False  # 409: it exists, which is success
+    name = account["metadata"]["name"]
+    assert kube.get("ServiceAccount", k8s_namespace, name) is not None
+    # Other refusals are raised with the server's (parsed) answer.
+    bad = {**account, "metadata": {**account["metadata"], "name": "Not_A_Name"}}
+    with pytest.raises(ApiError) as caught:
+        kube.ensure(bad, k8s_namespace)
+    assert caught.value.status == 422 and "Not_A_Name" in str(caught.value.body)

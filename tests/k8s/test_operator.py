@@ -691,12 +691,12 @@ class FailingAfter(KubeClient):
     def __init__(self, config: KubeConfig) -> None:
         super().__init__(config, attempts=1)
 
-    def create(self, obj: dict[str, Any], namespace: str) -> dict[str, Any] | None:
+    def ensure(self, obj: dict[str, Any], namespace: str) -> bool:
         if obj["kind"] == "Pod" and role(obj) != "head":
             from trainjob_operator.kube import ApiError
 
             raise ApiError(0, {"reason": "Unreachable", "message": "test: cut off"}, "POST")
-        return super().create(obj, namespace)
+        return super().ensure(obj, namespace)
 
 
 def test_operator_restart_mid_reconcile_creates_no_duplicates(

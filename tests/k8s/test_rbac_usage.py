@@ -66,6 +66,7 @@ class RecordingClient(KubeClient):
         body: Any = None,
         content_type: str = "application/json",
         query: dict[str, str] | None = None,
+        decode: bool = True,
     ) -> Any:
         match = _PATH.match(urllib.parse.urlsplit(path).path)
         assert match, path
@@ -76,7 +77,7 @@ class RecordingClient(KubeClient):
         if query and query.get("watch"):
             verb = "watch"
         self.used.add((verb, match["group"] or "", resource))
-        return super().request(method, path, body, content_type, query)
+        return super().request(method, path, body, content_type, query, decode)
 
 
 def chart_grants() -> set[tuple[str, str, str]]:

@@ -306,7 +306,7 @@ def test_plan_invalid_spec_fails_once_and_survives_a_status_it_cannot_read() -> 
 
 
 class FakeClient:
-    """Records every call; create raises 422 for names in ``reject``."""
+    """Records every call; ensure (create) raises 422 for names in ``reject``."""
 
     def __init__(
         self, obj: dict[str, Any] | None = None, reject: frozenset[str] = frozenset()
@@ -321,15 +321,15 @@ class FakeClient:
     def list(self, kind: str, namespace: str, selector: str, **_: Any) -> list[dict[str, Any]]:
         return []
 
-    def create(self, obj: dict[str, Any], namespace: str) -> dict[str, Any]:
+    def ensure(self, obj: dict[str, Any], namespace: str) -> bool:
         if obj.get("kind") == "Event":
             self.calls.append(("event", obj["reason"]))
-            return obj
+            return True
         name = obj["metadata"]["name"]
         if name in self.reject:
             raise ApiError(422, {"message": f"{name} is invalid"}, "create")
         self.calls.append(("create", name))
-        return obj
+        return True
 
     def delete(self, kind: str, namespace: str, name: str) -> bool:
         self.calls.append(("delete", kind, name))

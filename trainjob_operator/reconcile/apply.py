@@ -86,7 +86,7 @@ def create_children(
     server rejected as invalid (422) with its error, and creates no later wave then. Any other
     error is raised (the first in the plan's order) once the wave's requests are done."""
     for wave in create_waves(manifests):
-        futures: list[Future[Any]] = [_pool().submit(client.create, m, namespace) for m in wave]
+        futures: list[Future[Any]] = [_pool().submit(client.ensure, m, namespace) for m in wave]
         results = [f.exception() for f in futures]
         rejected: tuple[dict[str, Any], ApiError] | None = None
         for manifest, error in zip(wave, results, strict=True):
@@ -144,7 +144,7 @@ def post_event(client: KubeClient, obj: dict[str, Any], event: Event, now: dt.da
         "count": 1,
     }
     try:
-        client.create(body, meta["namespace"])
+        client.ensure(body, meta["namespace"])
     except ApiError as exc:
         logger.warning("could not post event %s: %s", event.reason, exc)
 
