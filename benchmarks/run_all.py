@@ -909,7 +909,16 @@ def _notes(ckpts: list[dict[str, Any]]) -> str:
         "take microseconds (the folder listing 7 us, the folder's `realpath` ~15 us). Two were "
         "trimmed: the run folder and storage root are resolved once per run instead of on "
         "every report, and the folder is listed with one `scandir` per folder (2.5-4x faster "
-        "than `os.walk`, `relpath` and `stat`).",
+        "than `os.walk`, `relpath` and `stat`). Later the same day the call lost 5 of its "
+        "system calls and most of its `pathlib` work: one `os.stat` of the reported folder "
+        'answers both "is it a folder" and the guard against deleting the run\'s own '
+        "storage after the upload (folders compared by device and inode with the run folder, "
+        "the storage root and every folder above them, looked up once per run, instead of a "
+        "`realpath` walk of the reported folder), and the folder listing says whether it holds "
+        "a commit marker (an `exists` fewer). Local mode, 300 ASYNC reports of a 3-file "
+        "folder 2 ms apart, CPU per call, 3 rounds alternating with the commit before: "
+        "p50 184-232 us vs 281-334 us (-30%); with a 2 s sleep before each call "
+        "both read 0.6-2.7 ms, the machine's cold-call cost.",
         "* Speed targets are reported here, never asserted by unit tests.",
     ]
     return "\n".join(lines) + "\n"

@@ -7,12 +7,13 @@ One session exists per worker process while its train function runs. It turns
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import json
 import logging
 import os
 import pickle
 import shutil
+import stat
 import tempfile
 import threading
 from collections.abc import Callable
@@ -101,6 +102,8 @@ class TrainSession:
         self.claim_uploads = claim_uploads and context.world_size > 1
         self._uploader: AsyncUploader | None = None
         self._lock = threading.Lock()
+        #: See :meth:`_protected_local_folders` (None: not looked up yet).
+        self._protected: tuple[tuple[str, Path, frozenset[tuple[int, int]]], ...] | None = None
         #: Answers this rank waits for, by request id (see :meth:`request`).
         self._replies: dict[int, _Reply] = {}
         self._next_request = 0
@@ -167,6 +170,7 @@ class TrainSession:
             self._sink(ReportEvent(rank, round_index, clean_metrics, upload_mode=mode.value))
             return
 
+        folder_stat: os.stat_result | None = None
         if mode is CheckpointUploadMode.NO_UPLOAD:
             dest = checkpoint.path
             if join_uri(self.run_path, dest.rsplit("/", 1)[-1]) != dest:
@@ -192,7 +196,11 @@ class TrainSession:
                     f"report(): checkpoint {checkpoint.path} is already in remote storage; "
                     "pass checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD for it"
                 )
-            if not Path(checkpoint.path).is_dir():
+            # One stat answers "is it a folder" and identifies it for the storage guard below
+            # (report()'s calling thread is the training loop's: every syscall counts).
+            with contextlib.suppress(OSError):
+                folder_stat = os.stat(checkpoint.path)
+            if folder_stat is None or not stat.S_ISDIR(folder_stat.st_mode):
                 raise ReportError(
                     f"report(): checkpoint directory {checkpoint.path} does not exist; write the "
                     "checkpoint files before calling report()"
@@ -207,7 +215,7 @@ class TrainSession:
         )
         if delete_after and mode is not CheckpointUploadMode.NO_UPLOAD and checkpoint.is_local:
             self._refuse_deleting_storage(
-                Path(checkpoint.path), explicit=bool(delete_local_checkpoint_after_upload)
+                Path(checkpoint.path), bool(delete_local_checkpoint_after_upload), folder_stat
             )
         event = ReportEvent(
             rank,
@@ -230,10 +238,12 @@ class TrainSession:
             )
             return
         local_dir = Path(checkpoint.path)
-        if (local_dir / COMMIT_MARKER).exists():
+        snapshot = take_snapshot(local_dir)
+        if snapshot.has_commit_marker:
             local_dir = _copy_without_commit_marker(checkpoint)
             delete_after = True  # the copy is ours; the reported folder is left as it is
-        job = UploadJob(round_index, local_dir, dest, delete_after, take_snapshot(local_dir))
+            snapshot = take_snapshot(local_dir)
+        job = UploadJob(round_index, local_dir, dest, delete_after, snapshot)
         job.check = self.fence
         job.claim = self._claim_for(round_index)
         if mode is CheckpointUploadMode.SYNC:
@@ -333,33 +343,60 @@ class TrainSession:
             ) from None
         return task
 
-    def _refuse_deleting_storage(self, folder: Path, explicit: bool) -> None:
-        """Refuse to delete, after its upload, a folder that holds the run's own storage."""
-        protected = self._protected_local_folders
+    def _refuse_deleting_storage(
+        self, folder: Path, explicit: bool, folder_stat: os.stat_result | None = None
+    ) -> None:
+        """Refuse to delete, after its upload, a folder that holds the run's own storage:
+        one that is the run folder, the storage root, or a folder above either, however
+        named (a symlink or bind mount included: folders are compared by device and inode).
+        ``folder_stat``: ``os.stat(folder)`` when the caller has it."""
+        protected = self._protected_local_folders()
         if not protected:
             return
-        folder = folder.resolve()
-        for what, path in protected:
-            if path.is_relative_to(folder):
+        try:
+            st = folder_stat if folder_stat is not None else os.stat(folder)
+        except OSError:
+            return  # nothing there to delete
+        for what, path, folders in protected:
+            if (st.st_dev, st.st_ino) in folders:
                 why = "" if explicit else " (the default with CheckpointUploadMode.ASYNC)"
                 raise ReportError(
-                    f"report(): checkpoint folder {folder} contains this run's {what} {path}, "
-                    f"and delete_local_checkpoint_after_upload=True{why} would delete it. "
-                    "Write the checkpoint to a new temporary folder (tempfile.mkdtemp()), or "
+                    f"report(): checkpoint folder {folder.resolve()} contains this run's {what} "
+                    f"{path}, and delete_local_checkpoint_after_upload=True{why} would delete "
+                    "it. Write the checkpoint to a new temporary folder (tempfile.mkdtemp()), or "
                     "pass delete_local_checkpoint_after_upload=False"
                 )
 
-    @functools.cached_property
-    def _protected_local_folders(self) -> tuple[tuple[str, Path], ...]:
-        """The run folder and storage root, resolved once per session (they do not move
-        during a run; resolving them on every report() cost two realpath walks); empty
-        when the run's storage is not local."""
+    def _protected_local_folders(self) -> tuple[tuple[str, Path, frozenset[tuple[int, int]]], ...]:
+        """The run folder and the storage root, each with the (device, inode) of itself and
+        of every folder above it; empty when the run's storage is not local. Kept once every
+        one of those folders exists (they do not move during a run), so report() costs one
+        ``stat`` of the reported folder instead of a realpath walk per folder."""
+        if self._protected is not None:
+            return self._protected
         if not self.storage.local_path(self.run_path):
-            return ()
-        return (
-            ("run folder", Path(self.run_path).resolve()),
-            ("storage_path", Path(self.context.storage_path).resolve()),
-        )
+            self._protected = ()
+            return self._protected
+        protected = []
+        complete = True
+        for what, where in (
+            ("run folder", self.run_path),
+            ("storage_path", self.context.storage_path),
+        ):
+            path = Path(where).resolve()
+            folders = set()
+            for folder in (path, *path.parents):
+                try:
+                    st = os.stat(folder)
+                except OSError:
+                    complete = False  # not created yet: look again at the next report()
+                    continue
+                folders.add((st.st_dev, st.st_ino))
+            protected.append((what, path, frozenset(folders)))
+        result = tuple(protected)
+        if complete:
+            self._protected = result
+        return result
 
     # -- uploads --------------------------------------------------------------------------
     def _claim_for(self, round_index: int) -> Callable[[], bool] | None:

@@ -29,6 +29,9 @@ class FolderSnapshot:
 
     root: Path
     files: dict[str, tuple[int, int]]
+    #: The folder held a commit marker (left out of ``files``): it is, or was copied from, a
+    #: committed checkpoint.
+    has_commit_marker: bool = False
 
     @property
     def total_bytes(self) -> int:
@@ -72,15 +75,17 @@ def take_snapshot(root: Path) -> FolderSnapshot:
     per folder and one ``stat`` per file: this runs in ``report()``'s calling thread.
     """
     files: dict[str, tuple[int, int]] = {}
-    _list_into(files, str(root), "")
-    return FolderSnapshot(root, files)
+    marker = _list_into(files, str(root), "")
+    return FolderSnapshot(root, files, marker)
 
 
-def _list_into(files: dict[str, tuple[int, int]], folder: str, prefix: str) -> None:
+def _list_into(files: dict[str, tuple[int, int]], folder: str, prefix: str) -> bool:
+    """Add ``folder``'s files to ``files``; True when it holds ``prefix + COMMIT_MARKER``."""
+    marker = False
     try:
         entries = list(os.scandir(folder))
     except OSError:
-        return
+        return marker
     for entry in entries:
         try:
             is_dir = entry.is_dir()
@@ -92,9 +97,11 @@ def _list_into(files: dict[str, tuple[int, int]], folder: str, prefix: str) -> N
             continue
         rel = prefix + entry.name
         if rel == COMMIT_MARKER:
+            marker = True
             continue
         try:
             st = entry.stat()
         except FileNotFoundError:
             continue
         files[rel] = (st.st_size, st.st_mtime_ns)
+    return marker

@@ -140,7 +140,9 @@ def test_the_snapshot_lists_files_as_os_walk_does(tmp_path: Path) -> None:
     (folder / "linked.bin").symlink_to(outside / "big.bin")
     (folder / "linked_dir").symlink_to(outside)
     (folder / "dangling").symlink_to(tmp_path / "missing")
-    files = take_snapshot(folder).files
+    snapshot = take_snapshot(folder)
+    files = snapshot.files
+    assert snapshot.has_commit_marker  # report() uploads a copy without it
     assert sorted(files) == ["linked.bin", "meta.json", "model/shard/w.bin"]
     assert files["model/shard/w.bin"][0] == 7 and files["linked.bin"][0] == 11
     expected = {
@@ -150,6 +152,11 @@ def test_the_snapshot_lists_files_as_os_walk_does(tmp_path: Path) -> None:
         if os.path.exists(os.path.join(d, n)) and n != COMMIT_MARKER
     }
     assert {rel: size for rel, (size, _) in files.items()} == expected
+    # Only a marker at the top counts: one in a subfolder is a file like any other.
+    (folder / COMMIT_MARKER).unlink()
+    (folder / "model" / COMMIT_MARKER).write_text("{}")
+    again = take_snapshot(folder)
+    assert not again.has_commit_marker and f"model/{COMMIT_MARKER}" in again.files
 
 
 def test_permanent_errors_are_told_from_transient_ones() -> None:

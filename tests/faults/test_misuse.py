@@ -92,15 +92,23 @@ def test_an_empty_checkpoint_is_refused(tmp_path: Path, scaling: ScalingConfig) 
     assert Result.from_path(tmp_path / "s" / "run").checkpoints == []
 
 
-@pytest.mark.parametrize("contains", ["storage_path", "run folder"])
+@pytest.mark.parametrize(
+    "contains", ["storage_path", "run folder", "a folder above storage_path", "a symlink"]
+)
 def test_delete_after_upload_refuses_a_folder_holding_the_storage(
     tmp_path: Path, scaling: ScalingConfig, contains: str
 ) -> None:
-    storage = tmp_path / "storage"
+    storage = tmp_path / "data" / "storage"
     other_run = storage / "other-run" / "keep.bin"
     other_run.parent.mkdir(parents=True)
     other_run.write_bytes(b"another run's data")
-    target = str(storage if contains == "storage_path" else storage / "run")
+    target = {
+        "storage_path": storage,
+        "run folder": storage / "run",
+        "a folder above storage_path": tmp_path / "data",
+        "a symlink": tmp_path / "link-to-data",  # another name for tmp_path/data
+    }[contains]
+    (tmp_path / "link-to-data").symlink_to(tmp_path / "data")
 
     def train() -> None:
         folder = Path(target)
@@ -117,7 +125,7 @@ def test_delete_after_upload_refuses_a_folder_holding_the_storage(
     assert isinstance(info.value, WorkerGroupError)
     assert isinstance(info.value.worker_failures[0], ValueError)
     assert other_run.read_bytes() == b"another run's data"
-    assert (storage / "rank0_0.bin").exists() or (storage / "run" / "rank0_0.bin").exists()
+    assert (target / "rank0_0.bin").exists()
 
 
 @pytest.mark.parametrize("name", [MANIFEST_FILE, ".trainjob_driver.json", ".hidden", "a/b"])
