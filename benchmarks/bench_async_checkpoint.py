@@ -28,6 +28,9 @@ Per phase:
   the worker: ``Storage.upload_dir`` for ours, ``TrainContext._upload_checkpoint`` for Ray
   Train), so ASYNC uploads are timed too;
 * ``compute_slowdown``: compute time / (steps x baseline seconds per step).
+* ``work_goodput_in_phase``: steps x (median seconds of the phase's own steps that overlapped
+  no upload) / phase wall time: the same as ``work_goodput`` without the drift of the shared
+  machine between the baseline phase and this one.
 
 Raw bounds, measured in the driver with the same file size: ``shutil.copyfile`` between two
 local folders, ``google-cloud-storage`` ``Blob.upload_from_filename`` to the emulator
@@ -226,12 +229,16 @@ def checkpoint_loop(config: dict[str, Any]) -> None:
         compute_s = write_s = cleanup_s = 0.0
         report_s: list[float] = []
         report_cpu_s: list[float] = []  # CPU time of this thread inside report()
+        step_times: list[list[float]] = []  # [wall-clock start, seconds] of every step
         started_at = time.time()
         p_start = time.perf_counter()
         for i in range(steps):
+            t_step = time.time()
             c0 = time.perf_counter()
             work(iters)
-            compute_s += time.perf_counter() - c0
+            seconds_step = time.perf_counter() - c0
+            compute_s += seconds_step
+            step_times.append([round(t_step, 6), round(seconds_step, 6)])
             step += 1
             if name == "baseline" or i % every != 0:
                 continue
@@ -279,6 +286,7 @@ def checkpoint_loop(config: dict[str, Any]) -> None:
                 "write_s": write_s + cleanup_s,
                 "report_s": report_s,
                 "report_cpu_s": report_cpu_s,
+                "step_times": step_times,
             }
         )
     out = {
@@ -345,11 +353,34 @@ def _trainer(
     )
 
 
+#: Fewest steps free of uploads that make an in-phase reference (see :func:`quiet_step_s`).
+MIN_QUIET_STEPS = 5
+
+
+def quiet_step_s(
+    step_times: list[list[float]] | None, uploads: list[dict[str, Any]]
+) -> float | None:
+    """Median seconds of the steps that overlapped no upload (of any phase), or None when
+    fewer than :data:`MIN_QUIET_STEPS` did: the phase's own speed with nothing competing,
+    taken in the same minutes as its other steps (the baseline phase, minutes earlier,
+    drifts with the shared machine)."""
+    if not step_times:
+        return None
+    busy = [(u["started"], u["started"] + u["seconds"]) for u in uploads]
+    quiet = [
+        seconds
+        for start, seconds in step_times
+        if not any(start < end and start + seconds > begin for begin, end in busy)
+    ]
+    return common.median(quiet) if len(quiet) >= MIN_QUIET_STEPS else None
+
+
 def _summarize_phase(
     ph: dict[str, Any], uploads: list[dict[str, Any]], ref_step_s: float
 ) -> dict[str, Any]:
     """Figures of one phase; ``ref_step_s``: seconds per step of compute with nothing else on."""
     ups = [u for u in uploads if u["phase"] == ph["phase"]]
+    quiet_s = quiet_step_s(ph.get("step_times"), uploads)
     up_bytes = sum(u["bytes"] for u in ups)
     up_s = sum(u["seconds"] for u in ups)
     report_ms = [s * 1e3 for s in ph["report_s"]]
@@ -381,6 +412,9 @@ def _summarize_phase(
         # Work done vs the baseline phase's speed: also counts CPU stolen by uploads.
         "work_goodput": ref_compute / wall,
         "compute_slowdown": compute / ref_compute,
+        # The same against this phase's own steps that overlapped no upload.
+        "quiet_step_s": quiet_s,
+        "work_goodput_in_phase": ph["steps"] * quiet_s / wall if quiet_s else None,
         # Seconds per checkpoint not spent computing, with and without the file writes.
         "overhead_per_ckpt_s": (wall - compute) / n_ckpt if n_ckpt else None,
         "runtime_overhead_per_ckpt_s": (
