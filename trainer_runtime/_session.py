@@ -185,26 +185,15 @@ class TrainSession:
         elif checkpoint_upload_fn is not None:
             name = checkpoint_dir_name or default_checkpoint_dir_name(round_index)
             dest = join_uri(self.run_path, name)
-            if checkpoint.is_local and not Path(checkpoint.path).is_dir():
-                raise ReportError(
-                    f"report(): checkpoint directory {checkpoint.path} does not exist; write the "
-                    "checkpoint files before calling report()"
-                )
+            if checkpoint.is_local:
+                folder_stat = _stat_reported_folder(checkpoint.path)
         else:
             if not checkpoint.is_local:
                 raise ReportError(
                     f"report(): checkpoint {checkpoint.path} is already in remote storage; "
                     "pass checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD for it"
                 )
-            # One stat answers "is it a folder" and identifies it for the storage guard below
-            # (report()'s calling thread is the training loop's: every syscall counts).
-            with contextlib.suppress(OSError):
-                folder_stat = os.stat(checkpoint.path)
-            if folder_stat is None or not stat.S_ISDIR(folder_stat.st_mode):
-                raise ReportError(
-                    f"report(): checkpoint directory {checkpoint.path} does not exist; write the "
-                    "checkpoint files before calling report()"
-                )
+            folder_stat = _stat_reported_folder(checkpoint.path)
             name = checkpoint_dir_name or default_checkpoint_dir_name(round_index)
             dest = join_uri(self.run_path, name)
         self.next_round += 1
@@ -602,6 +591,22 @@ def _sendable(exc: BaseException) -> bool:
     except Exception:  # noqa: BLE001 - any failure means "send the text only"
         return False
     return True
+
+
+def _stat_reported_folder(path: str) -> os.stat_result:
+    """``os.stat`` of a reported local checkpoint folder; ReportError when it is not one.
+
+    One stat answers "is it a folder" and identifies the folder for the storage guard
+    (``TrainSession._refuse_deleting_storage``): report() runs in the training loop's
+    thread, where every system call counts."""
+    with contextlib.suppress(OSError):
+        found = os.stat(path)
+        if stat.S_ISDIR(found.st_mode):
+            return found
+    raise ReportError(
+        f"report(): checkpoint directory {path} does not exist; write the checkpoint files "
+        "before calling report()"
+    )
 
 
 def _copy_without_commit_marker(checkpoint: Checkpoint) -> Path:
