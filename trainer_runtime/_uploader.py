@@ -118,7 +118,11 @@ def run_upload(storage: Storage, job: UploadJob) -> TransferStats | None:
     snapshot.verify("before its upload started")
     try:
         stats = storage.upload_dir(
-            job.local_dir, job.dest_uri, files=sorted(snapshot.files), check=job.check
+            job.local_dir,
+            job.dest_uri,
+            files=sorted(snapshot.files),
+            check=job.check,
+            consume_source=job.delete_after,
         )
     except FileNotFoundError:
         snapshot.verify("while it was being uploaded")  # names the folder and the fix

@@ -245,12 +245,16 @@ def test_a_new_driver_never_commits_files_left_by_an_interrupted_upload(
 def test_local_folder_is_deleted_after_upload_by_default_only_for_async(
     tmp_path: Path, mode: str, delete: bool | None, kept: bool
 ) -> None:
+    """A deleted folder's file is hard-linked into the run folder (its data never copied); a
+    kept folder's file is copied, so writing to it later leaves the checkpoint as reported."""
     folders: list[Path] = []
+    inodes: list[int] = []
 
     def train() -> None:
         folder = Path(tempfile.mkdtemp(dir=tmp_path))
         (folder / "w").write_text("x")
         folders.append(folder)
+        inodes.append(os.stat(folder / "w").st_ino)
         tr.report(
             {"step": 0},
             checkpoint=Checkpoint.from_directory(folder),
@@ -261,7 +265,12 @@ def test_local_folder_is_deleted_after_upload_by_default_only_for_async(
     result = _fit(train, {}, str(tmp_path / "s"))
     assert folders[0].exists() is kept
     assert result.checkpoint is not None
-    assert (Path(result.checkpoint.path) / "w").read_text() == "x"
+    stored = Path(result.checkpoint.path) / "w"
+    assert stored.read_text() == "x"
+    assert (os.stat(stored).st_ino == inodes[0]) is not kept
+    if kept:
+        (folders[0] / "w").write_text("changed after the run")
+        assert stored.read_text() == "x"
 
 
 def test_an_async_upload_error_restarts_from_the_last_checkpoint(tmp_path: Path) -> None:

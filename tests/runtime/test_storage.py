@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -432,3 +434,92 @@ def test_a_run_on_a_custom_pyarrow_filesystem(s3_server: object, tmp_path: Path)
     ]
     with again.checkpoint.as_directory() as folder:  # type: ignore[union-attr]
         assert (Path(folder) / "s.json").read_text() == '{"step": 3}'
+
+
+# -- local storage: taking over a source its caller deletes (consume_source) --------------------
+def _inode(path: Path) -> int:
+    return os.stat(path).st_ino
+
+
+def _copy_mode() -> int:
+    """The mode shutil.copyfile gives a new file in this process (0o666 less the umask)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def test_local_consumed_source_is_linked_not_copied(tmp_path: Path) -> None:
+    """A source the caller deletes afterwards is hard-linked: same data, no second copy, and
+    the mode a copy would have. Without consume_source the same files are copied."""
+    src = tmp_path / "src"
+    files = _make_tree(src)
+    os.chmod(src / "model.pt", 0o600)  # e.g. tempfile.mkstemp's mode
+    storage = get_storage(str(tmp_path / "store"))
+    linked = tmp_path / "store" / "linked"
+    stats = storage.upload_dir(src, str(linked), consume_source=True)
+    assert stats.files == len(files)
+    for rel, data in files.items():
+        assert (linked / rel).read_bytes() == data
+        assert _inode(linked / rel) == _inode(src / rel), f"{rel} was copied, not linked"
+    assert (linked / "model.pt").stat().st_mode & 0o7777 == _copy_mode()
+    assert stats.stored == storage.list_stored(str(linked))
+
+    copied = tmp_path / "store" / "copied"
+    storage.upload_dir(src, str(copied))
+    for rel in files:
+        assert _inode(copied / rel) != _inode(src / rel), f"{rel} was linked without consent"
+
+
+def test_local_consume_copies_what_outlives_the_source_folder(tmp_path: Path) -> None:
+    """A file with another name (a hard link from elsewhere) or reached through a symlink
+    lives on after the source folder is deleted: linking it would let a later write change
+    the stored checkpoint, so it is copied."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "shared.bin").write_bytes(b"shared")
+    (outside / "target.bin").write_bytes(b"target")
+    src = tmp_path / "src"
+    src.mkdir()
+    os.link(outside / "shared.bin", src / "shared.bin")
+    (src / "via_symlink.bin").symlink_to(outside / "target.bin")
+    (src / "own.bin").write_bytes(b"own")
+    dest = tmp_path / "store" / "c"
+    get_storage(str(tmp_path / "store")).upload_dir(src, str(dest), consume_source=True)
+
+    assert _inode(dest / "own.bin") == _inode(src / "own.bin")
+    assert _inode(dest / "shared.bin") != _inode(outside / "shared.bin")
+    assert not (dest / "via_symlink.bin").is_symlink()
+    assert _inode(dest / "via_symlink.bin") != _inode(outside / "target.bin")
+    (outside / "shared.bin").write_bytes(b"changed later")
+    (outside / "target.bin").write_bytes(b"changed later")
+    assert (dest / "shared.bin").read_bytes() == b"shared"
+    assert (dest / "via_symlink.bin").read_bytes() == b"target"
+
+
+def test_local_consume_replaces_a_file_left_by_a_failed_attempt(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "w.bin").write_bytes(b"new")
+    dest = tmp_path / "store" / "c"
+    dest.mkdir(parents=True)
+    (dest / "w.bin").write_bytes(b"partial")
+    get_storage(str(tmp_path / "store")).upload_dir(src, str(dest), consume_source=True)
+    assert (dest / "w.bin").read_bytes() == b"new"
+    assert _inode(dest / "w.bin") == _inode(src / "w.bin")
+
+
+def test_local_consume_across_file_systems_copies(tmp_path: Path) -> None:
+    """Hard links cannot cross file systems (EXDEV): the files are copied instead."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("needs /dev/shm on a file system other than the test's temporary folder")
+    src = Path(tempfile.mkdtemp(dir=shm))
+    try:
+        files = _make_tree(src)
+        dest = tmp_path / "store" / "c"
+        get_storage(str(tmp_path / "store")).upload_dir(src, str(dest), consume_source=True)
+        for rel, data in files.items():
+            assert (dest / rel).read_bytes() == data
+            assert os.stat(dest / rel).st_dev != os.stat(src / rel).st_dev
+    finally:
+        shutil.rmtree(src, ignore_errors=True)

@@ -223,6 +223,7 @@ class Storage(ABC):
         *,
         files: Sequence[str] | None = None,
         check: UploadCheck | None = None,
+        consume_source: bool = False,
     ) -> TransferStats:
         """Copy files under ``local_dir`` to ``dest_uri`` (same relative layout).
 
@@ -230,6 +231,9 @@ class Storage(ABC):
         listed file that is missing raises FileNotFoundError naming it. ``check`` is called
         before each file and may raise to stop the upload. ``TransferStats.stored`` lists
         what was stored, with fingerprints matching :meth:`list_stored`.
+        ``consume_source``: the caller deletes ``local_dir`` right after a successful upload,
+        so a backend may take the files over instead of copying them (local storage
+        hard-links them); the source must be left intact when the upload fails.
         """
 
     @abstractmethod

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Sequence
@@ -47,6 +49,50 @@ def _fsync_folders(dest: Path, rels: Sequence[str]) -> None:
     _fsync_path(dest.parent)
 
 
+@functools.cache
+def _new_file_mode() -> int:
+    """The mode ``shutil.copyfile`` gives a new file: ``0o666`` less the process's umask
+    (read from ``/proc``: setting the umask to read it would race with other threads)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o644
+
+
+def _link_sole_file(src: Path, target: Path) -> bool:
+    """Give ``target`` the data of ``src`` by hard-linking it instead of copying it; False
+    (nothing done) where that is not safe or not possible, and the caller copies.
+
+    Only for a source its caller deletes right after the upload: then the stored file is the
+    data's only name. So only a regular file that is not a symlink and has no other name
+    (``st_nlink == 1``): a symlink's target or a file hard-linked from elsewhere lives on
+    after the source folder is deleted, and writing to it later would change the stored
+    checkpoint. The link gets the mode a copy would have. Another file system (``EXDEV``), or
+    one without hard links, answers False.
+    """
+    try:
+        st = os.lstat(src)
+    except OSError:
+        return False  # the copy raises the error that names the file
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        return False
+    try:
+        try:
+            os.link(src, target, follow_symlinks=False)
+        except FileExistsError:  # left by an earlier, failed attempt at this upload
+            target.unlink()
+            os.link(src, target, follow_symlinks=False)
+        if stat.S_IMODE(st.st_mode) != _new_file_mode():
+            os.chmod(target, _new_file_mode())
+    except (OSError, NotImplementedError):
+        return False
+    return True
+
+
 class LocalStorage(Storage):
     """Files under an absolute local path."""
 
@@ -57,15 +103,20 @@ class LocalStorage(Storage):
         *,
         files: Sequence[str] | None = None,
         check: UploadCheck | None = None,
+        consume_source: bool = False,
     ) -> TransferStats:
         """Copy the folder's files (``copyfile`` uses the kernel's zero-copy path) durably.
 
         Every stored file, and the folders that name it, are fsynced before this returns, so a
         commit marker written afterwards never outlives its files on a power loss (the commit
         invariant). A checkpoint written in place (the folder is already ``dest_uri``) is
-        fsynced the same way.
+        fsynced the same way. ``consume_source``: the caller deletes ``local_dir`` once this
+        returns, so a file on the same file system with no other name is hard-linked instead
+        of copied (its data is written to the device once, by the fsync, and never copied).
         """
-        return self._copy_dir(local_dir, dest_uri, files=files, check=check, durable=True)
+        return self._copy_dir(
+            local_dir, dest_uri, files=files, check=check, durable=True, link=consume_source
+        )
 
     def _copy_dir(
         self,
@@ -75,6 +126,7 @@ class LocalStorage(Storage):
         files: Sequence[str] | None,
         check: UploadCheck | None,
         durable: bool,
+        link: bool = False,
     ) -> TransferStats:
         start = time.perf_counter()
         src = Path(local_dir).resolve()
@@ -88,7 +140,8 @@ class LocalStorage(Storage):
             target = dest / rel
             if not in_place:  # else the checkpoint was written in place: nothing to copy
                 target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(src / rel, target)
+                if not (link and _link_sole_file(src / rel, target)):
+                    shutil.copyfile(src / rel, target)
             if durable:
                 _fsync_path(target)
             stored = _stored(target)

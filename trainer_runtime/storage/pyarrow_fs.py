@@ -200,8 +200,10 @@ class PyArrowStorage(Storage):
         *,
         files: Sequence[str] | None = None,
         check: UploadCheck | None = None,
+        consume_source: bool = False,
     ) -> TransferStats:
         """Upload files under ``local_dir`` in parallel (``check`` runs before each file)."""
+        del consume_source  # the files are read, not taken over
         root = Path(local_dir)
         rels = (
             [p.relative_to(root).as_posix() for p in sorted(root.rglob("*")) if p.is_file()]
