@@ -653,6 +653,13 @@ def raw_bounds(args: argparse.Namespace, emulator: common.Emulator | None) -> di
                 LocalStorage().upload_dir(source, str(target))
                 keep(target, source)
 
+            def ours_local_consumed(i: int) -> None:
+                source = latest_source()
+                target = dst_dir / f"ours_consumed_{i}"
+                # ASYNC's default: the source is deleted afterwards, so its file is linked
+                LocalStorage().upload_dir(source, str(target), consume_source=True)
+                keep(target, source)
+
             def copy_unlinked(i: int) -> None:
                 target = dst_dir / f"unlinked_{i}.bin"
                 shutil.copyfile(src, target)
@@ -664,11 +671,17 @@ def raw_bounds(args: argparse.Namespace, emulator: common.Emulator | None) -> di
                     ("local_copyfile", copy_kept, fresh_source),
                     ("local_copyfile_fsync", copy_kept_fsync, fresh_source),
                     ("ours_local_upload_dir", ours_local, fresh_source),
+                    ("ours_local_upload_dir_consumed", ours_local_consumed, fresh_source),
                     ("local_copyfile_back_to_back", copy_kept_back_to_back, fresh_source),
                     ("local_copyfile_unlinked", copy_unlinked),
                 ],
                 args.raw_repeats,
-                after_idle={"local_copyfile", "local_copyfile_fsync", "ours_local_upload_dir"},
+                after_idle={
+                    "local_copyfile",
+                    "local_copyfile_fsync",
+                    "ours_local_upload_dir",
+                    "ours_local_upload_dir_consumed",
+                },
             )
         if "gcs" in args.storage and emulator is not None:
             client = emulator.client()
@@ -743,6 +756,25 @@ def raw_bounds(args: argparse.Namespace, emulator: common.Emulator | None) -> di
     return out
 
 
+def emulator_cpu_set(spec: str) -> set[int] | None:
+    """The CPUs to pin fake-gcs-server to (None: not pinned).
+
+    Against real GCS the server's CPU is not on the training node; on this machine the
+    emulator hashes and copies every byte and would take CPU from the training loop of
+    whichever framework is uploading. Pinned to one CPU, it leaves the others to the loop and
+    the uploading process, for both frameworks alike.
+    """
+    allowed = sorted(os.sched_getaffinity(0))
+    if spec == "all":
+        return None
+    if spec == "last":
+        return {allowed[-1]} if len(allowed) >= 2 else None
+    cpus = {int(c) for c in spec.split(",") if c.strip()}
+    if not cpus or not cpus <= set(allowed):
+        raise SystemExit(f"--emulator-cpus {spec!r}: pick CPUs among {allowed}")
+    return cpus
+
+
 def warm_up_emulator(emulator: common.Emulator, size: int) -> None:
     """One untimed upload of ``size`` bytes to a fresh emulator, then deleted.
 
@@ -791,6 +823,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--calibrate-s", type=float, default=1.5)
     parser.add_argument("--raw-repeats", type=int, default=3)
     parser.add_argument(
+        "--emulator-cpus",
+        default="last",
+        help="CPUs for fake-gcs-server: 'last' (the highest-numbered CPU, the default, when "
+        "there are 2 or more), 'all', or a list such as '1' or '2,3'",
+    )
+    parser.add_argument(
         "--raw-gap-s",
         type=float,
         help="idle seconds before each raw bound transfer, as a run computes between "
@@ -822,7 +860,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"{cal['iters_per_step']} per {args.step_s:g} s step",
         flush=True,
     )
-    emulator = common.Emulator() if "gcs" in args.storage else None
+    emulator_cpus = emulator_cpu_set(args.emulator_cpus)
+    emulator = common.Emulator(emulator_cpus) if "gcs" in args.storage else None
+    if emulator is not None and emulator_cpus:
+        print(f"[ckpt] fake-gcs-server pinned to CPU(s) {sorted(emulator_cpus)}", flush=True)
     fits: list[dict[str, Any]] = []
     try:
         print("[ckpt] raw bounds", flush=True)
@@ -864,6 +905,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "num_to_keep": 2,
             # the in-run RAW phase fsyncs local copies (results before this key: it did not)
             "raw_fsync": True,
+            # CPUs fake-gcs-server was pinned to (absent or None: not pinned)
+            "emulator_cpus": sorted(emulator_cpus) if emulator_cpus else None,
         },
         "ray_train": ray_train or "measured",
         "calibration": cal,

@@ -302,11 +302,13 @@ class Emulator:
     #: the machine (shared with other processes) runs out of RAM.
     MEMORY_LIMIT = "6GiB"
 
-    def __init__(self) -> None:
+    def __init__(self, cpus: set[int] | None = None) -> None:
+        """``cpus``: the CPUs the server's threads may run on (None: all of them)."""
         setup_paths()
         from tests.gcs import GCSEmulator
 
         self.server = GCSEmulator()
+        self.cpus = cpus
         self._start_server()
         self._old = os.environ.get("STORAGE_EMULATOR_HOST")
         os.environ["STORAGE_EMULATOR_HOST"] = self.server.url
@@ -317,9 +319,16 @@ class Emulator:
     def _start_server(self) -> None:
         old_limit = os.environ.get("GOMEMLIMIT")
         os.environ["GOMEMLIMIT"] = old_limit or self.MEMORY_LIMIT
+        # The server inherits the CPU affinity of the thread that starts it (and Go sizes
+        # GOMAXPROCS from it), so pin this thread while it starts the server.
+        old_cpus = os.sched_getaffinity(0) if self.cpus else None
         try:
+            if self.cpus:
+                os.sched_setaffinity(0, self.cpus)
             self.server.start()
         finally:
+            if old_cpus is not None:
+                os.sched_setaffinity(0, old_cpus)
             if old_limit is None:
                 os.environ.pop("GOMEMLIMIT", None)
 

@@ -369,6 +369,8 @@ def render_checkpoint(
         "folder's parent (durable, as our commit: the bound)",
         "local_copyfile_back_to_back": "the same, back to back (how the bound was measured before)",
         "ours_local_upload_dir": "trainer_runtime `LocalStorage.upload_dir` (the same, driver)",
+        "ours_local_upload_dir_consumed": "the same with the source deleted afterwards (ASYNC's "
+        "default): the file is hard-linked, not copied",
         "local_copyfile_unlinked": "`shutil.copyfile`, one file again and again, copy deleted "
         "at once (page cache only)",
         "gcs_plain_fresh": "google-cloud-storage `Blob.upload_from_filename` (defaults) of a "
@@ -608,6 +610,24 @@ def render_checkpoint(
         if _raw_fsyncs(data)
         else ""
     )
+    emulator_cpus = p.get("emulator_cpus")
+    emulator_where = (
+        f"machine, its threads pinned to CPU {', '.join(map(str, emulator_cpus))} "
+        "(`--emulator-cpus`): against real GCS the server's CPU is not on the training node, "
+        "and here the emulator hashes and copies every byte, so unpinned it takes CPU from the "
+        "training loop of whichever framework is uploading; pinned, it takes at most that CPU, "
+        "alike for both frameworks, and nothing else is pinned)"
+        if emulator_cpus
+        else "machine, not pinned: it shares the 2 cores with the training loop)"
+    )
+    link_text = (
+        "An ASYNC checkpoint's folder is deleted after its upload (the default), so since "
+        "2026-12-06 trainer_runtime hard-links its files into the run folder instead of "
+        "copying them (same file system, no other name): the upload is the `fsync` of data the "
+        "loop wrote, without a copy; SYNC keeps the folder and copies."
+        if "ours_local_upload_dir_consumed" in raw
+        else ""
+    )
     text = f"""## {heading}
 
 `benchmarks/bench_async_checkpoint.py`: {p["workers"]} Ray worker, {p["torch_threads"]} torch
@@ -625,13 +645,13 @@ machine state as the uploads it bounds**; then {p["checkpoints_per_mode"]} in AS
 Every checkpoint is followed by a full interval of compute, so ASYNC uploads overlap training.
 `CheckpointConfig(num_to_keep={p["num_to_keep"]})` for both frameworks.
 Storage: a local folder on the same disk, and fake-gcs-server (memory backend, on this
-machine): `gs://bucket/runs` for trainer_runtime, a `pyarrow.fs.GcsFileSystem` pointed at
+{emulator_where}: `gs://bucket/runs` for trainer_runtime, a `pyarrow.fs.GcsFileSystem` pointed at
 the emulator for Ray Train (Ray Train writes through pyarrow). Ray Train 2.60 has
 `ray.train.CheckpointUploadMode.SYNC` and `.ASYNC`, so both modes are compared. On local
 storage trainer_runtime fsyncs every stored file and folder before the commit marker (a
 committed checkpoint survives a power loss); Ray Train's pyarrow copy does not fsync, so its
 local figures are page-cache speed and its checkpoints are not yet on disk when it reports
-them.
+them. {link_text}
 
 * **report p50 / max**: time inside `report()` for the calls that carried a checkpoint (the
   time training is blocked);
