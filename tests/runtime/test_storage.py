@@ -523,3 +523,25 @@ def test_local_consume_across_file_systems_copies(tmp_path: Path) -> None:
             assert os.stat(dest / rel).st_dev != os.stat(src / rel).st_dev
     finally:
         shutil.rmtree(src, ignore_errors=True)
+
+
+def test_local_consume_copies_a_file_whose_mode_cannot_be_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A linked file gets a copy's mode; where that fails (a file of another user: chmod
+    raises EPERM, stood in for by a patched os.chmod since the tests may run as root), the
+    link is undone and the file copied, which gives the mode."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "w.bin").write_bytes(b"data")
+    os.chmod(src / "w.bin", 0o600)
+
+    def refuse(path: object, mode: int, **kwargs: object) -> None:
+        raise PermissionError(1, "Operation not permitted", str(path))
+
+    monkeypatch.setattr(os, "chmod", refuse)
+    dest = tmp_path / "store" / "c"
+    get_storage(str(tmp_path / "store")).upload_dir(src, str(dest), consume_source=True)
+    assert (dest / "w.bin").read_bytes() == b"data"
+    assert _inode(dest / "w.bin") != _inode(src / "w.bin")
+    assert (dest / "w.bin").stat().st_mode & 0o7777 == _copy_mode()

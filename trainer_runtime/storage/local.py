@@ -52,7 +52,7 @@ def _fsync_folders(dest: Path, rels: Sequence[str]) -> None:
 @functools.cache
 def _new_file_mode() -> int:
     """The mode ``shutil.copyfile`` gives a new file: ``0o666`` less the process's umask
-    (read from ``/proc``: setting the umask to read it would race with other threads)."""
+    (read once from ``/proc``: setting the umask to read it would race with other threads)."""
     try:
         with open("/proc/self/status", encoding="ascii") as fh:
             for line in fh:
@@ -86,10 +86,14 @@ def _link_sole_file(src: Path, target: Path) -> bool:
         except FileExistsError:  # left by an earlier, failed attempt at this upload
             target.unlink()
             os.link(src, target, follow_symlinks=False)
-        if stat.S_IMODE(st.st_mode) != _new_file_mode():
-            os.chmod(target, _new_file_mode())
     except (OSError, NotImplementedError):
         return False
+    if stat.S_IMODE(st.st_mode) != _new_file_mode():
+        try:
+            os.chmod(target, _new_file_mode())
+        except OSError:  # e.g. a file this process does not own: copy it, a copy gets the mode
+            target.unlink(missing_ok=True)
+            return False
     return True
 
 
