@@ -993,8 +993,9 @@ def _notes(ckpts: list[dict[str, Any]]) -> str:
         "In the 256 MiB tables (emulator pinned), the run just before the change gave our "
         "local ASYNC uploads 252 and 1,133 MiB/s (412 MiB/s, 45% of the in-run copy + fsync "
         "bound: the first copy ran at this VM's page-fault speed, as Ray Train's first did, "
-        "at 282 MiB/s of its 282 and 756), and the run with it 1,834 and 1,591 MiB/s (1,704 MiB/s, 164% of the "
-        "bound, 4.1x Ray Train's 416 MiB/s in the same run): the link takes no new page-cache "
+        "at 282 MiB/s of its 282 and 756), and the run with it 1,834 and 1,591 MiB/s "
+        "(1,704 MiB/s, 164% of the bound, 4.1x Ray Train's 416 MiB/s in the same run): the "
+        "link takes no new page-cache "
         "memory, so the slow mode is gone from this path.",
         "* `report()` at 256 MiB, 2026-12-06: ASYNC `report()` blocked 0.55 / 0.69 ms (local / "
         "GCS) in the run at 02:00 UTC and 1.90 / 1.47 ms in the run at 02:13 (the tables "
