@@ -545,3 +545,19 @@ def test_local_consume_copies_a_file_whose_mode_cannot_be_set(
     assert (dest / "w.bin").read_bytes() == b"data"
     assert _inode(dest / "w.bin") != _inode(src / "w.bin")
     assert (dest / "w.bin").stat().st_mode & 0o7777 == _copy_mode()
+
+
+@pytest.mark.parametrize("consume", [True, False])
+def test_local_upload_again_over_its_own_link(tmp_path: Path, consume: bool) -> None:
+    """An attempt that linked a file and then failed leaves the source's second name in the
+    destination; the next attempt at the same upload replaces it (linking again when it may)
+    instead of copying the file onto itself."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "w.bin").write_bytes(b"data")
+    dest = tmp_path / "store" / "c"
+    storage = get_storage(str(tmp_path / "store"))
+    storage.upload_dir(src, str(dest), consume_source=True)
+    storage.upload_dir(src, str(dest), consume_source=consume)
+    assert (dest / "w.bin").read_bytes() == b"data"
+    assert (_inode(dest / "w.bin") == _inode(src / "w.bin")) is consume

@@ -63,6 +63,17 @@ def _new_file_mode() -> int:
     return 0o644
 
 
+def _drop_own_link(src: Path, target: Path) -> None:
+    """Remove ``target`` when it is ``src`` itself: a link an earlier, failed attempt at this
+    upload left (a copy onto it would copy the file onto itself, and it would count as the
+    source's second name)."""
+    try:
+        if os.path.samestat(os.lstat(src), os.lstat(target)):
+            target.unlink()
+    except OSError:
+        pass
+
+
 def _link_sole_file(src: Path, target: Path) -> bool:
     """Give ``target`` the data of ``src`` by hard-linking it instead of copying it; False
     (nothing done) where that is not safe or not possible, and the caller copies.
@@ -144,6 +155,7 @@ class LocalStorage(Storage):
             target = dest / rel
             if not in_place:  # else the checkpoint was written in place: nothing to copy
                 target.parent.mkdir(parents=True, exist_ok=True)
+                _drop_own_link(src / rel, target)
                 if not (link and _link_sole_file(src / rel, target)):
                     shutil.copyfile(src / rel, target)
             if durable:
