@@ -10,7 +10,7 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +121,17 @@ def process_start_time(pid: int | str = "self") -> float | None:
     return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
+NIL_JOB_ID_HEX = "ffffffff"
+"""``RAY_JOB_ID`` of a Ray worker process the raylet started before any job asked for one."""
+
+
+def started_without_job(environ: Mapping[str, str]) -> bool:
+    """Whether this Ray worker process was started by its raylet ahead of any job (prestarted):
+    Ray sets ``RAY_JOB_ID`` in a new worker process's environment to the job it starts it for,
+    the nil id for prestarted ones, and does not change it when it hands the process a job."""
+    return environ.get("RAY_JOB_ID", "").lower() == NIL_JOB_ID_HEX
+
+
 class TrainWorker:
     """One training worker. Wrapped with ``ray.remote`` (a threaded actor) by the worker group.
 
@@ -139,8 +150,10 @@ class TrainWorker:
         self._session: TrainSession | None = None
 
     def node_info(self) -> dict[str, Any]:
-        """Where this worker runs, and when its process started (``process_started``, epoch
-        seconds: a process Ray started before the actor was asked for was prestarted)."""
+        """Where this worker runs, and how its process started: ``process_started`` (epoch
+        seconds) and ``raylet_prestarted`` (the raylet started the process ahead of any job,
+        ``RAY_enable_worker_prestart``: Ray gives such a process the nil job id, and one it
+        starts for a job's request that job's)."""
         import ray
 
         ctx = ray.get_runtime_context()
@@ -151,6 +164,7 @@ class TrainWorker:
             "pid": os.getpid(),
             "accelerator_ids": ctx.get_accelerator_ids(),
             "process_started": process_start_time(),
+            "raylet_prestarted": started_without_job(os.environ),
         }
 
     def set_env(self, env: dict[str, str]) -> None:

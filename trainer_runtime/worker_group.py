@@ -302,10 +302,16 @@ def _node_by_id(nodes: Sequence[Mapping[str, Any]], node_id: str) -> Mapping[str
 
 
 def prestarted_count(infos: Sequence[Mapping[str, Any]], requested: float) -> int:
-    """How many workers (:meth:`TrainWorker.node_info` answers) run in a process that started
-    before ``requested`` (epoch seconds), that is one Ray had prestarted; the nodes' clocks
-    are assumed in step to well under the seconds a process takes to start."""
-    return sum(1 for info in infos if (info.get("process_started") or requested) < requested)
+    """How many workers (:meth:`TrainWorker.node_info` answers) run in a process Ray had
+    started before they were asked for: one its raylet prestarted (``raylet_prestarted``;
+    that includes a node that joined after ``requested``, whose raylet prestarted its
+    processes then) or one that started before ``requested`` (epoch seconds; the nodes'
+    clocks are assumed in step to well under the seconds a process takes to start)."""
+    return sum(
+        1
+        for info in infos
+        if info.get("raylet_prestarted") or (info.get("process_started") or requested) < requested
+    )
 
 
 class WorkerGroup:

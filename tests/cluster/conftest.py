@@ -110,9 +110,12 @@ def node_jax_image(node_images: dict[str, Image]) -> Image:
     return node_images[JAX_IMAGE]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def node(node_provisioned: tuple[Path, Path, dict[str, Image]]) -> Iterator[Node]:
-    """The running node (etcd, control plane, containerd, kubelet, kube-proxy, DNS)."""
+    """The running node (etcd, control plane, containerd, kubelet, kube-proxy, DNS).
+
+    Package-scoped: it stops after the last test under ``tests/cluster``, so its control plane
+    and pods do not take CPU from the tiers that run after it."""
     assets, cache, images = node_provisioned
     keys = [*NODE_IMAGES, *([JAX_IMAGE] if JAX_IMAGE in images else [])]
     with Node(assets, cache, [images[key] for key in keys]) as running:

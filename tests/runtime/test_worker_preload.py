@@ -93,3 +93,38 @@ def test_prestarted_count_counts_processes_older_than_the_request() -> None:
 
     infos = [{"process_started": 90.0}, {"process_started": 101.0}, {"process_started": None}, {}]
     assert prestarted_count(infos, requested=100.0) == 1
+    # A node that joined after the request: its raylet prestarted the process after it too.
+    late_node = {"process_started": 102.0, "raylet_prestarted": True}
+    assert prestarted_count([*infos, late_node], requested=100.0) == 2
+
+
+def test_raylet_prestarted_processes_carry_the_nil_job_id() -> None:
+    """What Ray puts in a worker process's environment, checked on a real local Ray: a process
+    the raylet prestarted has the nil job id, one it starts for this job's actor the job's."""
+    import os
+    import subprocess
+
+    script = textwrap.dedent(
+        """
+        import os, time, ray
+        from trainer_runtime._worker import started_without_job
+        ray.init(address="local", num_cpus=1, include_dashboard=False)
+        @ray.remote(num_cpus=0)
+        def probe():
+            return started_without_job(os.environ)
+        time.sleep(2)
+        deadline = time.monotonic() + 60
+        # Ray prestarts one process per CPU when it starts; wait until one is idle.
+        while not ray.get(probe.remote()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        prestarted = ray.get(probe.remote())
+        # A runtime_env asks for a new process, started for this job.
+        fresh = ray.get(probe.options(runtime_env={"env_vars": {"X": "1"}}).remote())
+        print("RESULT", prestarted, fresh)
+        """
+    )
+    env = {**os.environ, "RAY_enable_worker_prestart": "1", "RAY_num_workers_soft_limit": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=180
+    )
+    assert "RESULT True False" in out.stdout, out.stdout + out.stderr[-3000:]
