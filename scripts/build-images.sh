@@ -76,7 +76,12 @@ export CONTAINERS_CONF="$conf"
 # --- the wheelhouse ----------------------------------------------------------------------------
 wheelhouse="$CACHE_DIR/wheelhouse/$(cat "$REPO/pyproject.toml" | sha256sum | cut -c1-12)"
 # Each entry: the requirements of one `pip wheel` (space-separated).
-extras=("." ".[runtime,gcs,torch]")
+# The runtime's google-cloud-storage is the version the Dockerfile pins (its GCS_VERSION):
+# the package's range alone lets pip here take a newer release than the build installs, and
+# the build, offline, then finds no wheel of the pinned one.
+gcs_version="$(sed -n 's/^ARG GCS_VERSION=//p' "$REPO/Dockerfile")"
+[[ -n "$gcs_version" ]] || die "no ARG GCS_VERSION=... in the Dockerfile"
+extras=("." ".[runtime,gcs,torch] google-cloud-storage==$gcs_version")
 if [[ "$WITH_JAX" == 1 ]]; then
     # The version the Dockerfile pins (`pip install ".[jax]" "jax==${JAX_VERSION}"`): the
     # package's own range alone would let pip here take a newer jax than the build asks for.
