@@ -65,8 +65,9 @@ FROM source AS runtime-build
 # of several GB). For GPU images pass e.g.
 #   --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
-# Pinned versions of what the image installs beyond the package's own ranges (the versions the
-# tests run with): google-cloud-storage, and below jax (jax[tpu] with its libtpu).
+# Pinned versions of what the image installs beyond the package's own ranges, so that a rebuild
+# installs the same ones: google-cloud-storage, and below jax (jax[tpu] with its libtpu).
+# scripts/build-images.sh reads both, and its offline wheelhouse holds these versions.
 ARG GCS_VERSION=3.17.1
 RUN python -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-cache-dir --extra-index-url "${TORCH_INDEX_URL}" \
