@@ -79,15 +79,11 @@ wheelhouse="$CACHE_DIR/wheelhouse/$(cat "$REPO/pyproject.toml" | sha256sum | cut
 # The runtime's google-cloud-storage is the version the Dockerfile pins (its GCS_VERSION):
 # the package's range alone lets pip here take a newer release than the build installs, and
 # the build, offline, then finds no wheel of the pinned one.
-gcs_version="$(sed -n 's/^ARG GCS_VERSION=//p' "$REPO/Dockerfile")"
-[[ -n "$gcs_version" ]] || die "no ARG GCS_VERSION=... in the Dockerfile"
-extras=("." ".[runtime,gcs,torch] google-cloud-storage==$gcs_version")
+extras=("." ".[runtime,gcs,torch] google-cloud-storage==$(dockerfile_arg GCS_VERSION)")
 if [[ "$WITH_JAX" == 1 ]]; then
     # The version the Dockerfile pins (`pip install ".[jax]" "jax==${JAX_VERSION}"`): the
     # package's own range alone would let pip here take a newer jax than the build asks for.
-    jax_version="$(sed -n 's/^ARG JAX_VERSION=//p' "$REPO/Dockerfile")"
-    [[ -n "$jax_version" ]] || die "no ARG JAX_VERSION=... in the Dockerfile"
-    extras+=(".[jax] jax==$jax_version")
+    extras+=(".[jax] jax==$(dockerfile_arg JAX_VERSION)")
 fi
 mkdir -p "$wheelhouse"
 # Wheelhouses of other pyproject.toml versions are of no further use.
@@ -256,6 +252,12 @@ log() { printf '[build-images %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() {
     log "ERROR: $*"
     exit 1
+}
+dockerfile_arg() { # NAME: the default of the Dockerfile's `ARG NAME=...`
+    local value
+    value="$(sed -n "s/^ARG $1=//p" "$REPO/Dockerfile")"
+    [[ -n "$value" ]] || die "no ARG $1=... in the Dockerfile"
+    printf '%s' "$value"
 }
 size_of() { podman image inspect --format '{{.Size}}' "$1" | awk '{ printf "%.0f MB", $1 / 1e6 }'; }
 save() { # image archive

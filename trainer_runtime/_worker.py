@@ -121,15 +121,14 @@ def process_start_time(pid: int | str = "self") -> float | None:
     return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
-NIL_JOB_ID_HEX = "ffffffff"
-"""``RAY_JOB_ID`` of a Ray worker process the raylet started before any job asked for one."""
-
-
 def started_without_job(environ: Mapping[str, str]) -> bool:
     """Whether this Ray worker process was started by its raylet ahead of any job (prestarted):
     Ray sets ``RAY_JOB_ID`` in a new worker process's environment to the job it starts it for,
-    the nil id for prestarted ones, and does not change it when it hands the process a job."""
-    return environ.get("RAY_JOB_ID", "").lower() == NIL_JOB_ID_HEX
+    the nil id (``JobID.nil()``) for prestarted ones, and does not change it when it hands the
+    process a job."""
+    from ray import JobID
+
+    return environ.get("RAY_JOB_ID") == JobID.nil().hex()
 
 
 class TrainWorker:

@@ -112,9 +112,8 @@ def test_raylet_prestarted_processes_carry_the_nil_job_id() -> None:
         @ray.remote(num_cpus=0)
         def probe():
             return started_without_job(os.environ)
-        time.sleep(2)
         deadline = time.monotonic() + 60
-        # Ray prestarts one process per CPU when it starts; wait until one is idle.
+        # Ray prestarts one process per CPU when it starts; wait until a probe runs in it.
         while not ray.get(probe.remote()) and time.monotonic() < deadline:
             time.sleep(0.5)
         prestarted = ray.get(probe.remote())
