@@ -22,12 +22,20 @@ deploys, emulated with ``ray start`` on this machine: a head with 0 CPUs, one Ra
 Variants, alternating: ``ours`` with the worker pods' raylet settings the operator renders
 for a torch CPU TrainJob (``trainjob_operator.render.ray.worker_prestart_env``: prestarted
 workers with torch imported), ``ours_no_prestart`` (without them: the layout before),
-``ray_train`` (Ray Train on the same nodes, same settings). Result ``startup_pods``.
+``ours_no_successor`` (the settings, but the driver asks the raylets for no idle processes
+for its next worker group: ``TRAINJOB_PRESTART_KEEP_ALIVE_S=0``),
+``ray_train`` (Ray Train on the same nodes, same settings). Each cluster then runs a second
+``fit()`` of the same driver ``--next-fit-after`` seconds after the first returned (rows
+``<variant>_second_fit``), and a third whose first attempt fails after its first report
+(``FailureConfig(max_failures=1)``; rows ``<variant>_restart``, figures ``restart_to_*``
+after the failure): the driver's later worker groups, whose actors cannot take the
+processes the raylets prestarted at their start. Result ``startup_pods``.
 
 Usage::
 
     python benchmarks/bench_startup.py [--quick] [--repeats N] [--workers 2]
     python benchmarks/bench_startup.py --layout pods [--quick] [--repeats N] [--settle 10]
+        [--next-fit-after 5]
 """
 
 from __future__ import annotations
@@ -48,11 +56,13 @@ from benchmarks import common
 NAME = "startup"
 PODS_NAME = "startup_pods"
 FRAMEWORKS = ("ours", "ray_train")
-#: ``--layout pods`` variants: (name, framework, the worker nodes get the rendered settings).
-POD_VARIANTS = (
-    ("ours", "ours", True),
-    ("ours_no_prestart", "ours", False),
-    ("ray_train", "ray_train", True),
+#: ``--layout pods`` variants: (name, framework, the worker nodes get the rendered settings,
+#: the driver's environment for the fits).
+POD_VARIANTS: tuple[tuple[str, str, bool, dict[str, str]], ...] = (
+    ("ours", "ours", True, {}),
+    ("ours_no_successor", "ours", True, {"TRAINJOB_PRESTART_KEEP_ALIVE_S": "0"}),
+    ("ours_no_prestart", "ours", False, {}),
+    ("ray_train", "ray_train", True, {}),
 )
 POD_GCS_PORT = 6391
 
@@ -71,6 +81,8 @@ def startup_loop(config: dict[str, Any]) -> None:
 
     torch.set_num_threads(1)
     rank = api.get_context().get_world_rank()
+    marker = Path(config["out_dir"], "failed_at") if config.get("fail_once") else None
+    restarted = marker is None or marker.exists()  # checked before DDP syncs the ranks
     model = prepare_model(torch.nn.Linear(64, 64))
     prepared = time.time()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -82,6 +94,12 @@ def startup_loop(config: dict[str, Any]) -> None:
     first_step = time.time()
     api.report({"step": 0, "loss": value})
     first_report = time.time()
+    if not restarted:  # the first attempt: rank 0 fails after its first report
+        if rank == 0:
+            assert marker is not None
+            marker.write_text(json.dumps(time.time()))
+            raise RuntimeError("bench_startup: the planned failure of the first attempt")
+        return
     out = {
         "rank": rank,
         "entered": entered,
@@ -94,15 +112,20 @@ def startup_loop(config: dict[str, Any]) -> None:
 
 def _trainer(framework: str, workers: int, config: dict[str, Any], storage: Path) -> Any:
     name = f"startup-{framework}-{int(time.time() * 1000)}"
+    failures = 1 if config.get("fail_once") else 0
     if framework == "ours":
-        from trainer_runtime import RunConfig, ScalingConfig
+        from trainer_runtime import FailureConfig, RunConfig, ScalingConfig
         from trainer_runtime.torch import TorchTrainer
 
         return TorchTrainer(
             startup_loop,
             train_loop_config=config,
             scaling_config=ScalingConfig(num_workers=workers),
-            run_config=RunConfig(name=name, storage_path=str(storage)),
+            run_config=RunConfig(
+                name=name,
+                storage_path=str(storage),
+                failure_config=FailureConfig(max_failures=failures),
+            ),
         )
     import ray.train
     import ray.train.torch
@@ -111,7 +134,11 @@ def _trainer(framework: str, workers: int, config: dict[str, Any], storage: Path
         startup_loop,
         train_loop_config=config,
         scaling_config=ray.train.ScalingConfig(num_workers=workers),
-        run_config=ray.train.RunConfig(name=name, storage_path=str(storage)),
+        run_config=ray.train.RunConfig(
+            name=name,
+            storage_path=str(storage),
+            failure_config=ray.train.FailureConfig(max_failures=failures),
+        ),
     )
 
 
@@ -192,18 +219,22 @@ def stop_pod_layout() -> None:
     _ray_cli("stop", "--force")
 
 
-def run_one(framework: str, workers: int) -> dict[str, Any]:
-    """One ``fit()`` under ``framework``; times relative to the ``fit()`` call."""
+def run_one(framework: str, workers: int, fail_once: bool = False) -> dict[str, Any]:
+    """One ``fit()`` under ``framework``; times relative to the ``fit()`` call. ``fail_once``:
+    rank 0 fails after the first attempt's first report (``FailureConfig(max_failures=1)``),
+    and the figures ``restart_to_*`` are the second attempt's, after that failure."""
     out_dir = common.scratch_dir("startup-out")
     storage = common.scratch_dir("startup-storage")
+    failed_at = None
     try:
-        trainer = _trainer(
-            framework, workers, {"framework": framework, "out_dir": str(out_dir)}, storage
-        )
+        config = {"framework": framework, "out_dir": str(out_dir), "fail_once": fail_once}
+        trainer = _trainer(framework, workers, config, storage)
         fit_start = time.time()
         trainer.fit()
         fit_end = time.time()
         ranks = [json.loads(p.read_text()) for p in sorted(out_dir.glob("rank_*.json"))]
+        if fail_once:
+            failed_at = json.loads((out_dir / "failed_at").read_text())
     finally:
         common.rmtree(out_dir)
         common.rmtree(storage)
@@ -213,7 +244,14 @@ def run_one(framework: str, workers: int) -> dict[str, Any]:
     def latest(key: str) -> float:
         return max(r[key] for r in ranks) - fit_start
 
+    restart = {}
+    if failed_at is not None:
+        restart = {
+            f"restart_{key}": max(r[name] for r in ranks) - failed_at
+            for key, name in (("to_entered_s", "entered"), ("to_first_step_s", "first_step"))
+        }
     return {
+        **restart,
         "framework": framework,
         "workers": workers,
         "to_entered_s": latest("entered"),
@@ -236,13 +274,18 @@ KEYS = (
 )
 
 
+#: Figures of a ``fail_once`` fit: seconds after the first attempt's failure.
+RESTART_KEYS = ("restart_to_entered_s", "restart_to_first_step_s")
+
+
 def summarize(runs: list[dict[str, Any]], by: str = "framework") -> list[dict[str, Any]]:
     """Median, min and max of every figure per framework (or per ``by``: ``variant``)."""
     out = []
     for name in dict.fromkeys(r[by] for r in runs):
         group = [r for r in runs if r[by] == name]
         row: dict[str, Any] = {by: name, "framework": group[0]["framework"], "repeats": len(group)}
-        for key in KEYS:
+        restart = [k for k in RESTART_KEYS if all(k in r for r in group)]
+        for key in (*KEYS, *restart):
             vals = [r[key] for r in group]
             row[key] = common.median(vals)
             row[f"{key}_min"] = min(vals)
@@ -266,6 +309,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument(
         "--settle", type=float, default=10.0, help="pods: idle seconds before each fit (10)"
+    )
+    parser.add_argument(
+        "--next-fit-after",
+        type=float,
+        default=5.0,
+        help="pods: seconds between a cluster's first fit's return and its second fit (5)",
     )
     args = parser.parse_args(argv)
     repeats = args.repeats or (3 if args.quick else 7)
@@ -322,20 +371,46 @@ def main_pods(args: argparse.Namespace, repeats: int) -> dict[str, Any]:
     try:
         for rep in range(repeats):
             order = variants if rep % 2 == 0 else list(reversed(variants))
-            for variant, framework, prestart in order:
+            for variant, framework, prestart, driver_env in order:
                 idle = start_pod_layout(args.workers, rendered if prestart else {}, args.settle)
+                fits = []
+                idles = [idle]
+                saved = {k: os.environ.get(k) for k in driver_env}
+                os.environ.update(driver_env)
                 try:
-                    run = run_one(framework, args.workers)
+                    fits.append(run_one(framework, args.workers))
+                    for fail_once in (False, True):  # the next fit, then one that restarts
+                        time.sleep(args.next_fit_after)
+                        idles.append(_idle_workers())
+                        fits.append(run_one(framework, args.workers, fail_once=fail_once))
                 finally:
+                    for key, value in saved.items():
+                        if value is None:
+                            os.environ.pop(key, None)
+                        else:
+                            os.environ[key] = value
                     stop_pod_layout()
-                run.update(variant=variant, repeat=rep, idle_workers_before_fit=idle)
-                print(
-                    f"[startup pods] {variant} #{rep}: {idle} idle workers, entered "
-                    f"{run['to_entered_s']:.2f} s, first step {run['to_first_step_s']:.2f} s, "
-                    f"fit {run['fit_s']:.2f} s",
-                    flush=True,
-                )
-                runs.append(run)
+                suffixes = ("", "_second_fit", "_restart")
+                for index, (run, idle_now) in enumerate(zip(fits, idles, strict=True), start=1):
+                    run.update(
+                        variant=variant,
+                        fit=index,
+                        row=variant + suffixes[index - 1],
+                        repeat=rep,
+                        idle_workers_before_fit=idle_now,
+                    )
+                    after_failure = (
+                        f", after the failure: first step {run['restart_to_first_step_s']:.2f} s"
+                        if "restart_to_first_step_s" in run
+                        else ""
+                    )
+                    print(
+                        f"[startup pods] {variant} #{rep} fit {index}: {idle_now} idle workers, "
+                        f"entered {run['to_entered_s']:.2f} s, first step "
+                        f"{run['to_first_step_s']:.2f} s, fit {run['fit_s']:.2f} s{after_failure}",
+                        flush=True,
+                    )
+                    runs.append(run)
     finally:
         stop_pod_layout()
     data = {
@@ -344,11 +419,12 @@ def main_pods(args: argparse.Namespace, repeats: int) -> dict[str, Any]:
             "repeats": repeats,
             "quick": args.quick,
             "settle_s": args.settle,
+            "next_fit_after_s": args.next_fit_after,
             "worker_node_env": rendered,
         },
         "ray_train": skip_ray_train or "measured",
         "runs": runs,
-        "summary": summarize(runs, by="variant"),
+        "summary": summarize(runs, by="row"),
     }
     common.write_result(PODS_NAME, data)
     return data

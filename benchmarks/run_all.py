@@ -877,10 +877,11 @@ def _notes(ckpts: list[dict[str, Any]]) -> str:
         "* On fake-gcs-server the emulator's own CPU use (hashing and copying every byte) "
         'competes with the compute on the same 2 cores; that is why "work goodput" drops '
         "during GCS uploads for both frameworks. Against real GCS that CPU is on Google's side.",
-        "* Ray Train's `fit s` includes ~12-15 s of tear-down in which Ray Train's "
+        "* Ray Train's `fit s` can include ~12-15 s of tear-down in which Ray Train's "
         "PlacementGroupCleaner fails to stop gracefully (its state-API call times out in this "
-        'sandbox; logged as "Failed to stop PlacementGroupCleaner gracefully"); it does not '
-        "affect the in-loop figures.",
+        'sandbox; logged as "Failed to stop PlacementGroupCleaner gracefully"), as in the runs '
+        "of 2026-12-04 and -05; the start-up runs of 2026-12-06 tore down in about 3 s. It does "
+        "not affect the in-loop figures.",
         "* Upload times are measured by wrapping each framework's upload function inside the "
         "worker (private APIs, only for timing): `trainer_runtime` `Storage.upload_dir`, Ray "
         "Train `ray.train.v2._internal.execution.context.TrainContext._upload_checkpoint`.",

@@ -385,7 +385,7 @@ class RayController(BaseController):
                 spec.backend.on_shutdown(group)
             except Exception as exc:  # noqa: BLE001 - tear-down is best effort
                 logger.debug("backend shutdown failed: %s", exc)
-            group.shutdown()
+            group.shutdown(prestart_successor=True)
             time.sleep(0)  # let Ray process the kills before a restart asks for resources
 
     def _make_validator(self) -> BaseValidationDispatcher:

@@ -9,11 +9,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from trainer_runtime._raylet import (
+    idle_worker_requests,
+    prestart_keep_alive_s,
+    send_idle_worker_requests,
+)
 from trainer_runtime._worker import TrainWorker
 from trainer_runtime.config import ScalingConfig
 from trainer_runtime.errors import UserConfigError
@@ -344,6 +350,9 @@ class WorkerGroup:
         self._pgs: list[Any] = []
         #: ``MEGASCALE_PORT`` of multi-slice TPU groups (Ray's default, 8081).
         self.megascale_port = DEFAULT_MEGASCALE_PORT
+        #: Seconds the raylets keep the idle processes :meth:`shutdown` asks for the next
+        #: group (``TRAINJOB_PRESTART_KEEP_ALIVE_S``; read here so a bad value fails early).
+        self.prestart_keep_alive_s = prestart_keep_alive_s()
 
     @property
     def world_size(self) -> int:
@@ -668,11 +677,23 @@ class WorkerGroup:
             ray.get([w.actor.execute.remote(fn, *args) for w in self.workers], timeout=timeout)
         )
 
-    def shutdown(self) -> None:
-        """Kill the actors and release the placement group."""
+    def shutdown(self, *, prestart_successor: bool = False) -> None:
+        """Kill the actors and release the placement group.
+
+        ``prestart_successor``: then ask the raylets of the nodes the workers ran on for as
+        many idle Ray worker processes as the group had there, for a next group of this
+        driver (a restart, or the next ``fit()``) to start in (see :mod:`trainer_runtime._raylet`).
+        Asked in the background, only where such a group could use them (see
+        :meth:`successor_processes`).
+        """
         import ray
         from ray.util.placement_group import remove_placement_group
 
+        successor = (
+            idle_worker_requests(self.successor_processes(), self.prestart_keep_alive_s)
+            if prestart_successor
+            else []
+        )
         for actor in self._actors:
             with contextlib.suppress(Exception):  # already dead is fine
                 ray.kill(actor, no_restart=True)
@@ -687,3 +708,26 @@ class WorkerGroup:
                 remove_placement_group(pg)
         self._pgs = []
         self.tpu_slices = []
+        if successor:
+            threading.Thread(  # the raylets only: no call into this process's Ray worker
+                target=send_idle_worker_requests,
+                args=(successor,),
+                name="prestart-successor",
+                daemon=True,
+            ).start()
+
+    def successor_processes(self) -> dict[str, int]:
+        """Idle processes worth asking for a next group: Ray node id -> this group's ranked
+        workers there. None (empty) when the keep-alive is 0, or when the actors run with a
+        ``runtime_env`` (their own, TPU hosts' per-host variables, or the job's): Ray
+        starts a new process for a ``runtime_env`` that an idle process lacks."""
+        import ray
+
+        if self.prestart_keep_alive_s <= 0 or self.tpu_slices or self._actor_runtime_env():
+            return {}
+        if ray.get_runtime_context().runtime_env:
+            return {}
+        per_node: dict[str, int] = {}
+        for worker in self.workers:
+            per_node[worker.node_id] = per_node.get(worker.node_id, 0) + 1
+        return per_node

@@ -127,3 +127,93 @@ def test_raylet_prestarted_processes_carry_the_nil_job_id() -> None:
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=180
     )
     assert "RESULT True False" in out.stdout, out.stdout + out.stderr[-3000:]
+
+
+def test_prestart_keep_alive_reads_whole_seconds() -> None:
+    from trainer_runtime._raylet import DEFAULT_PRESTART_KEEP_ALIVE_S, prestart_keep_alive_s
+    from trainer_runtime.errors import UserConfigError
+
+    assert prestart_keep_alive_s({}) == DEFAULT_PRESTART_KEEP_ALIVE_S
+    assert prestart_keep_alive_s({"TRAINJOB_PRESTART_KEEP_ALIVE_S": " 0 "}) == 0
+    assert prestart_keep_alive_s({"TRAINJOB_PRESTART_KEEP_ALIVE_S": "300"}) == 300
+    for bad in ("-1", "1.5", "soon"):
+        with pytest.raises(UserConfigError, match="TRAINJOB_PRESTART_KEEP_ALIVE_S"):
+            prestart_keep_alive_s({"TRAINJOB_PRESTART_KEEP_ALIVE_S": bad})
+
+
+def test_next_worker_group_starts_in_processes_the_last_one_asked_for() -> None:
+    """On a real local Ray: a group shut down with ``prestart_successor=True`` leaves idle
+    processes of the job that the next group's actors start in; shut down without it, the
+    next group waits for new processes (Ray's own prestarted ones were taken by the first)."""
+    import os
+    import subprocess
+
+    script = textwrap.dedent(
+        """
+        import os, time, ray
+        from trainer_runtime.config import ScalingConfig
+        from trainer_runtime.worker_group import WorkerGroup, prestarted_count
+
+        ray.init(address="local", num_cpus=2, include_dashboard=False)
+        job = ray.get_runtime_context().get_job_id()
+
+        def idle_of_this_job():
+            pids = []
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        title = f.read()
+                    with open(f"/proc/{pid}/environ", "rb") as f:
+                        env = f.read().split(b"\\0")
+                except OSError:
+                    continue
+                if title.startswith(b"ray::IDLE") and f"RAY_JOB_ID={job}".encode() in env:
+                    pids.append(int(pid))
+            return sorted(pids)
+
+        def group_counts(prestart):
+            group = WorkerGroup(ScalingConfig(num_workers=2))
+            requested = time.time()
+            group.start()
+            infos = ray.get([w.actor.node_info.remote() for w in group.workers])
+            pids = sorted(info["pid"] for info in infos)
+            group.shutdown(prestart_successor=prestart)
+            return prestarted_count(infos, requested), pids
+
+        group_counts(prestart=True)  # takes Ray's 2 prestarted processes, asks for 2 more
+        deadline = time.monotonic() + 60
+        while len(idle_of_this_job()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        idle = idle_of_this_job()
+        second, second_pids = group_counts(prestart=False)
+        time.sleep(3)
+        third, _ = group_counts(prestart=False)
+        print("RESULT", idle == second_pids, second, third)
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRAINJOB_PRESTART_KEEP_ALIVE_S"}
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=240
+    )
+    assert "RESULT True 2 0" in out.stdout, out.stdout + out.stderr[-3000:]
+
+
+def test_idle_worker_requests_ask_nothing_without_a_keep_alive_or_ray() -> None:
+    """The requests are an optimisation: no keep-alive, no workers or no Ray means no requests,
+    and sending to a raylet that is not there skips it instead of raising."""
+    import socket
+
+    from trainer_runtime._raylet import (
+        IdleWorkerRequest,
+        idle_worker_requests,
+        send_idle_worker_requests,
+    )
+
+    assert idle_worker_requests({"node": 2}, keep_alive_s=0) == []
+    assert idle_worker_requests({"node": 0}, keep_alive_s=60) == []
+    assert idle_worker_requests({"node": 2}, keep_alive_s=60) == []  # no ray.init() here
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        closed_port = sock.getsockname()[1]
+    request = IdleWorkerRequest("node", f"127.0.0.1:{closed_port}", b"\x01\x00\x00\x00", 2, 60)
+    assert send_idle_worker_requests([request]) == []
