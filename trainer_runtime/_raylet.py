@@ -77,7 +77,7 @@ def idle_worker_requests(per_node: Mapping[str, int], keep_alive_s: int) -> list
     import ray
 
     wanted = {node: count for node, count in per_node.items() if count > 0}
-    if not wanted or keep_alive_s <= 0:
+    if not wanted or keep_alive_s <= 0 or not ray.is_initialized():
         return []
     try:
         job_id = bytes.fromhex(ray.get_runtime_context().get_job_id())

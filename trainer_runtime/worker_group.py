@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainer_runtime._raylet import (
+    IdleWorkerRequest,
     idle_worker_requests,
     prestart_keep_alive_s,
     send_idle_worker_requests,
@@ -689,11 +690,7 @@ class WorkerGroup:
         import ray
         from ray.util.placement_group import remove_placement_group
 
-        successor = (
-            idle_worker_requests(self.successor_processes(), self.prestart_keep_alive_s)
-            if prestart_successor
-            else []
-        )
+        successor = self._successor_requests() if prestart_successor else []
         for actor in self._actors:
             with contextlib.suppress(Exception):  # already dead is fine
                 ray.kill(actor, no_restart=True)
@@ -715,6 +712,15 @@ class WorkerGroup:
                 name="prestart-successor",
                 daemon=True,
             ).start()
+
+    def _successor_requests(self) -> list[IdleWorkerRequest]:
+        """The idle-process requests for a next group; none when they cannot be worked out
+        (an optimisation must not replace the error a failing attempt is shutting down on)."""
+        try:
+            return idle_worker_requests(self.successor_processes(), self.prestart_keep_alive_s)
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            logger.debug("no idle workers asked for the next worker group: %s", exc)
+            return []
 
     def successor_processes(self) -> dict[str, int]:
         """Idle processes worth asking for a next group: Ray node id -> this group's ranked

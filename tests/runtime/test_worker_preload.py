@@ -157,7 +157,15 @@ def test_next_worker_group_starts_in_processes_the_last_one_asked_for() -> None:
         ray.init(address="local", num_cpus=2, include_dashboard=False)
         job = ray.get_runtime_context().get_job_id()
 
+        def parent(pid):
+            with open(f"/proc/{pid}/stat") as f:
+                return int(f.read().rsplit(")", 1)[1].split()[1])
+
+        raylet = []  # the pid of this cluster's raylet, the parent of its worker processes
+
         def idle_of_this_job():
+            # Other local Ray clusters on the machine number their first job the same way:
+            # only this cluster's raylet's children count.
             pids = []
             for pid in filter(str.isdigit, os.listdir("/proc")):
                 try:
@@ -165,9 +173,10 @@ def test_next_worker_group_starts_in_processes_the_last_one_asked_for() -> None:
                         title = f.read()
                     with open(f"/proc/{pid}/environ", "rb") as f:
                         env = f.read().split(b"\\0")
-                except OSError:
+                    ours = parent(pid) in raylet
+                except (OSError, ValueError, IndexError):
                     continue
-                if title.startswith(b"ray::IDLE") and f"RAY_JOB_ID={job}".encode() in env:
+                if ours and title.startswith(b"ray::IDLE") and f"RAY_JOB_ID={job}".encode() in env:
                     pids.append(int(pid))
             return sorted(pids)
 
@@ -177,6 +186,7 @@ def test_next_worker_group_starts_in_processes_the_last_one_asked_for() -> None:
             group.start()
             infos = ray.get([w.actor.node_info.remote() for w in group.workers])
             pids = sorted(info["pid"] for info in infos)
+            raylet[:] = {parent(pid) for pid in pids}
             group.shutdown(prestart_successor=prestart)
             return prestarted_count(infos, requested), pids
 
@@ -188,7 +198,8 @@ def test_next_worker_group_starts_in_processes_the_last_one_asked_for() -> None:
         second, second_pids = group_counts(prestart=False)
         time.sleep(3)
         third, _ = group_counts(prestart=False)
-        print("RESULT", idle == second_pids, second, third)
+        print("RESULT", set(second_pids) <= set(idle), second, third)
+        print("PIDS idle", idle, "second group", second_pids)
         """
     )
     env = {k: v for k, v in os.environ.items() if k != "TRAINJOB_PRESTART_KEEP_ALIVE_S"}
