@@ -48,6 +48,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -375,20 +376,14 @@ def main_pods(args: argparse.Namespace, repeats: int) -> dict[str, Any]:
                 idle = start_pod_layout(args.workers, rendered if prestart else {}, args.settle)
                 fits = []
                 idles = [idle]
-                saved = {k: os.environ.get(k) for k in driver_env}
-                os.environ.update(driver_env)
                 try:
-                    fits.append(run_one(framework, args.workers))
-                    for fail_once in (False, True):  # the next fit, then one that restarts
-                        time.sleep(args.next_fit_after)
-                        idles.append(_idle_workers())
-                        fits.append(run_one(framework, args.workers, fail_once=fail_once))
+                    with mock.patch.dict(os.environ, driver_env):
+                        fits.append(run_one(framework, args.workers))
+                        for fail_once in (False, True):  # the next fit, then one that restarts
+                            time.sleep(args.next_fit_after)
+                            idles.append(_idle_workers())
+                            fits.append(run_one(framework, args.workers, fail_once=fail_once))
                 finally:
-                    for key, value in saved.items():
-                        if value is None:
-                            os.environ.pop(key, None)
-                        else:
-                            os.environ[key] = value
                     stop_pod_layout()
                 suffixes = ("", "_second_fit", "_restart")
                 for index, (run, idle_now) in enumerate(zip(fits, idles, strict=True), start=1):

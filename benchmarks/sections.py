@@ -394,40 +394,36 @@ def render_startup_pods(data: dict[str, Any], img_rel: str) -> tuple[str, list[l
     ours3, no_successor3, ray3 = (
         by_row.get(n) for n in ("ours_restart", "ours_no_successor_restart", "ray_train_restart")
     )
-    headline = []
-    if ours and ray:
-        headline.append(
-            [
-                f"`fit()` -> first training step, {p['workers']} workers, the operator's pod "
-                "layout, a TrainJob's first fit (median)",
-                f"{ours['to_first_step_s']:.2f} s",
-                f"{ray['to_first_step_s']:.2f} s",
-                ratio(ray["to_first_step_s"], ours["to_first_step_s"]) + " faster",
-            ]
-        )
-    if ours2 and ray2:
-        headline.append(
-            [
-                f"`fit()` -> first training step, {p['workers']} workers, the operator's pod "
-                f"layout, the driver's second fit on the same cluster, {after:.0f} s after the "
-                "first (median)",
-                f"{ours2['to_first_step_s']:.2f} s",
-                f"{ray2['to_first_step_s']:.2f} s",
-                ratio(ray2["to_first_step_s"], ours2["to_first_step_s"]) + " faster",
-            ]
-        )
-    if ours3 and ray3:
-        headline.append(
-            [
-                f"a worker failure -> the restarted group's first training step, "
-                f"{p['workers']} workers, the operator's pod layout (median; ours includes "
+    workers = p["workers"]
+    headline = [
+        [label, f"{a[key]:.2f} s", f"{b[key]:.2f} s", ratio(b[key], a[key]) + " faster"]
+        for label, a, b, key in (
+            (
+                f"`fit()` -> first training step, {workers} workers, the operator's pod layout, "
+                "a TrainJob's first fit (median)",
+                ours,
+                ray,
+                "to_first_step_s",
+            ),
+            (
+                f"`fit()` -> first training step, {workers} workers, the operator's pod layout, "
+                f"the driver's second fit on the same cluster, {after:.0f} s after the first "
+                "(median)",
+                ours2,
+                ray2,
+                "to_first_step_s",
+            ),
+            (
+                f"a worker failure -> the restarted group's first training step, {workers} "
+                "workers, the operator's pod layout (median; ours includes "
                 "`FailureConfig.restart_backoff_s`, 2 s by default)",
-                f"{ours3['restart_to_first_step_s']:.2f} s",
-                f"{ray3['restart_to_first_step_s']:.2f} s",
-                ratio(ray3["restart_to_first_step_s"], ours3["restart_to_first_step_s"])
-                + " faster",
-            ]
+                ours3,
+                ray3,
+                "restart_to_first_step_s",
+            ),
         )
+        if a and b
+    ]
     env = ", ".join(f"`{k}={v}`" for k, v in sorted(p["worker_node_env"].items()))
     versus = (
         f" Against the same pods without the settings, a first fit's first step comes "
