@@ -71,16 +71,20 @@ class IdleWorkerRequest:
 
 def idle_worker_requests(per_node: Mapping[str, int], keep_alive_s: int) -> list[IdleWorkerRequest]:
     """The requests for ``per_node`` (Ray node id, hex -> process count) in the current job,
-    one per alive node; none when ``keep_alive_s`` is 0. Needs ``ray.init()`` in this process
-    (reads the job id and the nodes' raylet addresses from Ray); a failure to read them is
-    logged and gives no requests."""
+    one per alive node; none when ``keep_alive_s`` is 0, without ``ray.init()`` in this
+    process, or when the job has a ``runtime_env`` (its actors inherit it, and Ray starts
+    a new process for a ``runtime_env`` that an idle process lacks). Reads the job and the
+    nodes' raylet addresses from Ray; a failure to read them is logged and gives none."""
     import ray
 
     wanted = {node: count for node, count in per_node.items() if count > 0}
     if not wanted or keep_alive_s <= 0 or not ray.is_initialized():
         return []
     try:
-        job_id = bytes.fromhex(ray.get_runtime_context().get_job_id())
+        context = ray.get_runtime_context()
+        if context.runtime_env:
+            return []
+        job_id = bytes.fromhex(context.get_job_id())
         nodes = ray.nodes()
     except Exception as exc:  # noqa: BLE001 - an optimisation: nothing to ask then
         logger.debug("no idle workers asked for: %s", exc)

@@ -11,12 +11,12 @@ import logging
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from trainer_runtime._raylet import (
-    IdleWorkerRequest,
     idle_worker_requests,
     prestart_keep_alive_s,
     send_idle_worker_requests,
@@ -690,7 +690,11 @@ class WorkerGroup:
         import ray
         from ray.util.placement_group import remove_placement_group
 
-        successor = self._successor_requests() if prestart_successor else []
+        successor = (
+            idle_worker_requests(self.successor_processes(), self.prestart_keep_alive_s)
+            if prestart_successor
+            else []
+        )
         for actor in self._actors:
             with contextlib.suppress(Exception):  # already dead is fine
                 ray.kill(actor, no_restart=True)
@@ -713,27 +717,12 @@ class WorkerGroup:
                 daemon=True,
             ).start()
 
-    def _successor_requests(self) -> list[IdleWorkerRequest]:
-        """The idle-process requests for a next group; none when they cannot be worked out
-        (an optimisation must not replace the error a failing attempt is shutting down on)."""
-        try:
-            return idle_worker_requests(self.successor_processes(), self.prestart_keep_alive_s)
-        except Exception as exc:  # noqa: BLE001 - see the docstring
-            logger.debug("no idle workers asked for the next worker group: %s", exc)
-            return []
-
     def successor_processes(self) -> dict[str, int]:
         """Idle processes worth asking for a next group: Ray node id -> this group's ranked
-        workers there. None (empty) when the keep-alive is 0, or when the actors run with a
-        ``runtime_env`` (their own, TPU hosts' per-host variables, or the job's): Ray
-        starts a new process for a ``runtime_env`` that an idle process lacks."""
-        import ray
-
-        if self.prestart_keep_alive_s <= 0 or self.tpu_slices or self._actor_runtime_env():
+        workers there. None (empty) when the actors run with their own ``runtime_env``
+        (``worker_runtime_env``, or TPU hosts' per-host variables): Ray starts a new process
+        for a ``runtime_env`` that an idle process lacks (the job's own is checked by
+        :func:`~trainer_runtime._raylet.idle_worker_requests`)."""
+        if self.tpu_slices or self._actor_runtime_env():
             return {}
-        if ray.get_runtime_context().runtime_env:
-            return {}
-        per_node: dict[str, int] = {}
-        for worker in self.workers:
-            per_node[worker.node_id] = per_node.get(worker.node_id, 0) + 1
-        return per_node
+        return dict(Counter(worker.node_id for worker in self.workers))
