@@ -580,7 +580,15 @@ and `import torch._dynamo` 1.31-1.50 s, 2.7-3.0 s together. Each worker pays tha
 core before its first DDP step, while fit() -> first step took 2.9-3.5 s in the runs above
 (the rest is Ray starting the actors and the rendezvous). With a new process per worker,
 as both frameworks start them, 2.5 s is below this floor on this machine; a process started
-ahead of the request, with the imports done, is the way under it (section 4b)."""
+ahead of the request, with the imports done, is the way under it (section 4b).
+
+That needs a process that is idle before `fit()`: where Ray starts with the driver, there is
+none to spare. `trainjob run examples/quickstart.yaml` starts a local Ray and then calls
+`fit()`; with `RAY_preload_python_modules=torch.distributed,torch._dynamo` exported for the
+raylet (2026-12-06, alternating, 2 runs each), its progress line reported the workers running
+at 7.1 and 8.3 s instead of 5.5 and 5.4 s: the raylet prestarts idle workers for the job as
+the driver connects, and with the preload their imports ran on the 2 cores next to the
+driver's own start. So `trainjob run` leaves the preload off."""
 
 
 def plot_startup(data: dict[str, Any], out: Path) -> None:
@@ -1475,6 +1483,22 @@ Against the second, the operator reached 60-62% in these runs.
     44.9 TrainJobs/s, i.e. 10.3-10.8 instead of 11.4-12.3 ms of CPU per TrainJob (-10%);
     the burst's throughput and the ratios to the bounds moved within the noise (0.59 / 0.49
     vs 0.52 / 0.54 of the first bound, 0.67 / 0.64 vs 0.64 / 0.62 of the second).
+19. `api/manifest.py` (2026-12-06): `parse_trainjob` JSON-encodes the TrainJob as it is (a
+    `default` hook turns a Mapping view, such as a kopf body, into a dict) instead of
+    deep-copying it into plain dicts in Python first: 70 -> 51 us per parse of the
+    quickstart TrainJob (warm, `timeit`). py-spy with `--gil` (100 samples/s, 6 s of a
+    400-TrainJob burst on 036913e) had caught the operator holding the GIL in 144 samples
+    (about a quarter of the window): parsing the TrainJob 12% (the copy 8%), rendering 12%
+    (the pod spec hashes 4%), the HTTP client 24%, kopf's event processing and watch streams
+    17%, JSON decoding 7%. One eighth of a quarter of a core is below the run-to-run noise of
+    the burst, so it was not A/B'd there.
+
+Tried on 2026-12-06 and not kept: the Events off the reconcile's path (Kubernetes' own
+controllers post theirs asynchronously, through client-go's event broadcaster). Its upper
+bound, measured with the Events switched off altogether (a local patch, 400 TrainJobs,
+alternating, 2 runs each): the burst at 65.7 / 68.4 TrainJobs/s without Events, 64.8 / 65.7
+with them, against first bounds of 113.8-121.8. About 3%, within the noise, for Events that
+would then arrive after the state they describe.
 """
     return text, headline
 
