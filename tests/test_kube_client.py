@@ -5,6 +5,7 @@ message. (The API-server behaviour is tested in tests/k8s.)"""
 from __future__ import annotations
 
 import base64
+import importlib.metadata
 import json
 import os
 import stat
@@ -17,7 +18,13 @@ from typing import Any
 import pytest
 
 from trainjob_operator import kube as kube_module
-from trainjob_operator.kube import ApiError, KubeClient, KubeConfig
+from trainjob_operator.kube import (
+    DRIVER_USER_AGENT,
+    OPERATOR_USER_AGENT,
+    ApiError,
+    KubeClient,
+    KubeConfig,
+)
 
 
 class _Server(ThreadingHTTPServer):
@@ -28,6 +35,7 @@ class _Server(ThreadingHTTPServer):
         self.connections = 0
         self.requests: list[tuple[str, str]] = []
         self.authorizations: list[str | None] = []
+        self.user_agents: list[str | None] = []
         self.answers: list[int] = []  # statuses to answer next (then 200)
         self.drop_after_answer = False  # close the connection without saying so
 
@@ -49,6 +57,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.rfile.read(length)
         self.server.requests.append((self.command, self.path))
         self.server.authorizations.append(self.headers.get("Authorization"))
+        self.server.user_agents.append(self.headers.get("User-Agent"))
         status = self.server.answers.pop(0) if self.server.answers else 200
         body = json.dumps(
             {"kind": "Status", "reason": "Busy", "message": "try later"}
@@ -92,6 +101,19 @@ def test_requests_share_one_kept_alive_connection(server: _Server) -> None:
     )
     kube.list("Pod", "ns")
     assert server.requests[-1] == ("GET", "/api/v1/namespaces/ns/pods")
+
+
+def test_requests_name_their_sender_in_the_user_agent(server: _Server) -> None:
+    # The API server names the writer of each field after the User-Agent's product.
+    _client(server).list("Pod", "ns")
+    _client(server, user_agent=DRIVER_USER_AGENT).list("Pod", "ns")
+    assert server.user_agents == [OPERATOR_USER_AGENT, DRIVER_USER_AGENT]
+    assert [ua.split("/")[0] for ua in server.user_agents if ua] == [
+        "trainjob-operator",
+        "trainjob-driver",
+    ]
+    version = importlib.metadata.version("trainjob-operator")
+    assert f"trainjob-operator/{version}" == OPERATOR_USER_AGENT
 
 
 def test_a_connection_the_server_dropped_is_reopened_without_a_failed_attempt(

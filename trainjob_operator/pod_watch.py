@@ -37,7 +37,7 @@ import aiohttp
 from prometheus_client import Counter
 
 from trainjob_operator.constants import NAME_LABEL
-from trainjob_operator.kube import KubeConfig, ssl_context
+from trainjob_operator.kube import OPERATOR_USER_AGENT, KubeConfig, ssl_context
 
 logger = logging.getLogger("trainjob_operator")
 
@@ -187,7 +187,7 @@ class PodWatch:
         return f"{self.config.host.rstrip('/')}{self.path}?{urllib.parse.urlencode(query)}"
 
     def _headers(self) -> dict[str, str]:
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", "User-Agent": OPERATOR_USER_AGENT}
         token = self.config.current_token()
         if token:
             headers["Authorization"] = f"Bearer {token}"

@@ -12,7 +12,7 @@ import yaml
 
 from tests.support import EnvTest
 from trainer_runtime.checkpoint_manager import CheckpointRecord, CheckpointStatus
-from trainjob_operator.kube import KubeClient, KubeConfig
+from trainjob_operator.kube import DRIVER_USER_AGENT, KubeClient, KubeConfig
 from trainjob_operator.launcher.driver import StatusPublisher
 
 REPO = Path(__file__).resolve().parents[2]
@@ -153,3 +153,28 @@ def test_kube_client_keeps_one_connection_alive_per_thread(
     worker.start()
     worker.join()
     assert seen and seen[0] is not conn  # each thread has its own connection
+
+
+def test_the_api_server_names_the_operator_and_the_driver_as_the_status_writers(
+    envtest: EnvTest, kube: KubeClient, k8s_namespace: str
+) -> None:
+    # Each client identifies itself (User-Agent), and the API server records the writer of
+    # every field after it: `kubectl get --show-managed-fields` tells who wrote what.
+    body = copy.deepcopy(yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text()))
+    body["metadata"]["namespace"] = k8s_namespace
+    kube.create(body, k8s_namespace)
+    kube.patch("TrainJob", k8s_namespace, "quickstart", {"status": {"phase": "Running"}}, "status")
+    config = KubeConfig(host=envtest.host, token=envtest.token, ca_file=str(envtest.ca_file))
+    driver = KubeClient(config, user_agent=DRIVER_USER_AGENT)
+    pub = StatusPublisher(driver, k8s_namespace, "quickstart", "val_loss", min_interval=0.0)
+    pub.on_report(3, {"epoch": 0, "train_loss": 0.5})
+    pub.close()
+    obj = kube.get("TrainJob", k8s_namespace, "quickstart")
+    assert obj is not None
+    status_fields: dict[str, set[str]] = {}
+    for entry in obj["metadata"]["managedFields"]:
+        fields = entry["fieldsV1"].get("f:status", {})
+        status_fields.setdefault(entry["manager"], set()).update(fields)
+    assert "f:phase" in status_fields["trainjob-operator"]
+    assert "f:progress" in status_fields["trainjob-driver"]
+    assert "f:phase" not in status_fields["trainjob-driver"]

@@ -33,7 +33,7 @@ from trainjob_operator.constants import (
     DRIVER_PREEMPTED_EXIT_CODE,
     KIND,
 )
-from trainjob_operator.kube import ApiError, KubeClient, KubeConfig
+from trainjob_operator.kube import DRIVER_USER_AGENT, ApiError, KubeClient, KubeConfig
 from trainjob_operator.launcher.status import StatusTracker
 from trainjob_operator.launcher.trainer import EntrypointError, build_trainer, plan_run
 
@@ -141,7 +141,11 @@ def load_job(client: KubeClient | None) -> TrainJob:
 def main() -> int:
     """Run the TrainJob's training on the job's Ray cluster."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    client = KubeClient(KubeConfig.load()) if os.environ.get("TRAINJOB_NAME") else None
+    client = (
+        KubeClient(KubeConfig.load(), user_agent=DRIVER_USER_AGENT)
+        if os.environ.get("TRAINJOB_NAME")
+        else None
+    )
     try:
         job = load_job(client)
         plan = plan_run(job)
