@@ -26,6 +26,14 @@ Phases:
    of steady state (every TrainJob's timer keeps firing): the operator's RSS at ``--total``
    TrainJobs, and the CPU the operator, kube-apiserver and etcd use in steady state.
 
+Between the burst and the scale phase, three bounds of the burst's throughput on the same API
+server, each by a plain client that costs the operator nothing: :func:`bound` (the children
+alone), :func:`bound_with_trainjobs` (and the TrainJobs' own POSTs) and
+:func:`bound_of_the_writes` (every write the operator makes for a new TrainJob, with watches
+standing for its own). After the run, :func:`write_costs`: the API server's CPU per write, by
+kind of write. The benchmark's watches span all namespaces, so every bound feeds the same
+watchers as the burst; this process's own CPU is sampled too.
+
 Latency of one TrainJob: from just before its POST to the moment the last of its children was
 seen by the watch ("children"), and to the first status the operator wrote ("status"). RSS
 and CPU are sampled every 0.5 s. The operator's Prometheus metrics (reconciles by trigger,
@@ -115,7 +123,9 @@ class Api:
             self.host, self.port, context=self.context, timeout=timeout
         )
 
-    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    def request(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
+    ) -> tuple[int, Any]:
         """One request on this thread's keep-alive connection; (status, decoded JSON)."""
         conn = getattr(self._local, "conn", None)
         if conn is None:
@@ -123,7 +133,7 @@ class Api:
         data = None if body is None else json.dumps(body).encode()
         headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
         if data is not None:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = content_type
         try:
             conn.request(method, path, body=data, headers=headers)
             resp = conn.getresponse()
@@ -136,7 +146,9 @@ class Api:
 
 
 class Watch(threading.Thread):
-    """One streaming watch; calls ``on_event(type, object, seen_at)`` for every event."""
+    """One streaming watch; calls ``on_event(type, object, seen_at)`` for every event, or, with
+    ``on_event=None``, reads the events and drops them unparsed (a watcher that costs the API
+    server what any watcher does, and this process next to nothing)."""
 
     def __init__(self, api: Api, path: str, query: dict[str, str], on_event: Any) -> None:
         super().__init__(name=f"watch {path}", daemon=True)
@@ -175,6 +187,8 @@ class Watch(threading.Thread):
                     line = resp.readline()
                     if not line:
                         break
+                    if self.on_event is None:
+                        continue
                     seen = time.time()
                     event = json.loads(line)
                     obj = event.get("object") or {}
@@ -283,6 +297,11 @@ class Sampler(threading.Thread):
     def stop(self) -> None:
         self.stopped.set()
         self.join(5)
+
+
+def _all_namespaces(path: str) -> str:
+    """``path`` (a namespaced collection, ``{ns}`` unfilled) across all namespaces."""
+    return path.replace("/namespaces/{ns}", "")
 
 
 def _job_body(name: str, template: dict[str, Any]) -> dict[str, Any]:
@@ -420,18 +439,114 @@ def request_costs(env: Any, api: Api, repeats: int = 10) -> dict[str, Any]:
     }
 
 
+#: Where :func:`write_costs` writes (no watcher and no operator there).
+COSTS_NAMESPACE = "bench-costs"
+
+
+def write_costs(
+    env: Any, api: Api, template: dict[str, Any], jobs: int, concurrency: int
+) -> dict[str, dict[str, float]]:
+    """The API server's and etcd's CPU per write, by kind of write: what a new TrainJob costs
+    the API server, write by write (operator stopped, no watchers of this namespace).
+
+    The writes of ``jobs`` TrainJobs (:func:`_operator_writes`, into
+    :data:`COSTS_NAMESPACE`), one kind of write at a time, by ``concurrency`` threads: the
+    TrainJob POSTs, each child kind's POSTs, the status patches, the Events. For each: ms of
+    CPU per write of the kube-apiserver and of etcd (their ``/proc`` CPU time over the
+    phase), and writes per second.
+    """
+    import datetime as dt
+    from concurrent.futures import ThreadPoolExecutor
+
+    from trainjob_operator.reconcile.apply import event_body
+
+    pids = {p.name: p.popen.pid for p in env._procs}  # read-only use
+    status, body = api.request(
+        "POST", "/api/v1/namespaces", {"metadata": {"name": COSTS_NAMESPACE}, "kind": "Namespace"}
+    )
+    if status != 201:
+        raise RuntimeError(f"create namespace: HTTP {status}: {body}")
+
+    writes = [_operator_writes(f"cost-{i:04d}", template, COSTS_NAMESPACE) for i in range(jobs)]
+    trainjobs_path = TRAINJOBS.format(ns=COSTS_NAMESPACE)
+    created: list[dict[str, Any]] = []
+    by_kind: dict[str, list[tuple[str, str, Any, str]]] = {}
+    for _, children, _, _ in writes:
+        for path, child in children:
+            by_kind.setdefault(f"POST {child['kind']}", []).append(
+                ("POST", path, child, "application/json")
+            )
+
+    def phase(what: str, requests: list[tuple[str, str, Any, str]]) -> dict[str, float]:
+        answers: list[Any] = []
+
+        def send(request: tuple[str, str, Any, str]) -> None:
+            method, path, body, content_type = request
+            status, answer = api.request(method, path, body, content_type)
+            if status not in (200, 201):
+                raise RuntimeError(f"costs: {what}: HTTP {status}: {answer}")
+            answers.append(answer)
+
+        before = {k: common.process_cpu_seconds(pid) for k, pid in pids.items()}
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(concurrency, thread_name_prefix="costs") as pool:
+            list(pool.map(send, requests))
+        span = time.perf_counter() - t0
+        n = len(requests)
+        row = {"writes": float(n), "per_s": n / span}
+        for k, pid in pids.items():
+            row[f"{k.replace('-', '_')}_ms"] = (
+                (common.process_cpu_seconds(pid) - before[k]) / n * 1e3
+            )
+        if what == "POST TrainJob":
+            created.extend(answers)
+        return row
+
+    costs: dict[str, dict[str, float]] = {}
+    trainjob_posts = [("POST", trainjobs_path, w[0], "application/json") for w in writes]
+    costs["POST TrainJob"] = phase("POST TrainJob", trainjob_posts)
+    for what, requests in by_kind.items():
+        costs[what] = phase(what, requests)
+    by_name = {c["metadata"]["name"]: c for c in created}
+    patches, events = [], []
+    now = dt.datetime.now(dt.UTC)
+    for trainjob, _, status_patch, planned in writes:
+        obj = by_name[trainjob["metadata"]["name"]]
+        name = obj["metadata"]["name"]
+        patches.append(
+            (
+                "PATCH",
+                f"{trainjobs_path}/{name}/status",
+                status_patch,
+                "application/merge-patch+json",
+            )
+        )
+        for event in planned:
+            events.append(
+                (
+                    "POST",
+                    f"/api/v1/namespaces/{COSTS_NAMESPACE}/events",
+                    event_body(obj, event, now),
+                    "application/json",
+                )
+            )
+    costs["PATCH TrainJob status"] = phase("PATCH TrainJob status", patches)
+    costs["POST Event"] = phase("POST Event", events)
+    return costs
+
+
 def _bound_children(
-    name: str, template: dict[str, Any]
+    name: str, template: dict[str, Any], namespace: str = BOUND_NAMESPACE
 ) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
-    """TrainJob ``name`` of ``template`` in :data:`BOUND_NAMESPACE`, and the children the
-    operator's own renderer makes for it, with the path each is POSTed to (rendered before a
-    bound's clock starts), in the renderer's order."""
+    """TrainJob ``name`` of ``template`` in ``namespace``, and the children the operator's own
+    renderer makes for it, with the path each is POSTed to (rendered before a bound's clock
+    starts), in the renderer's order."""
     from trainjob_operator.api import parse_trainjob
     from trainjob_operator.kube import resource_path
     from trainjob_operator.render import render_for_reconcile
 
     obj = _job_body(name, template)
-    obj["metadata"]["namespace"] = BOUND_NAMESPACE
+    obj["metadata"]["namespace"] = namespace
     trainjob = copy.deepcopy(obj)
     uid = obj["metadata"]["uid"] = f"{name}-uid"
     children = []
@@ -439,8 +554,8 @@ def _bound_children(
         child = dict(child)
         # The owner (a TrainJob that does not exist here) would be garbage collected.
         child["metadata"] = {k: v for k, v in child["metadata"].items() if k != "ownerReferences"}
-        child["metadata"]["namespace"] = BOUND_NAMESPACE
-        children.append((resource_path(child["kind"], BOUND_NAMESPACE), child))
+        child["metadata"]["namespace"] = namespace
+        children.append((resource_path(child["kind"], namespace), child))
     return trainjob, children
 
 
@@ -533,6 +648,128 @@ def bound_with_trainjobs(
         "span_s": span,
         "submit_s": submitted,
         "jobs_per_s": jobs / span,
+    }
+
+
+def _operator_writes(
+    name: str, template: dict[str, Any], namespace: str = BOUND_NAMESPACE
+) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]], dict[str, Any], list[Any]]:
+    """What the operator writes for a new TrainJob ``name`` of ``template`` in ``namespace``,
+    from its own planner: the TrainJob, its children with their
+    paths (every non-Pod child first), the status patch of its first reconcile and the Events
+    (:class:`~trainjob_operator.reconcile.plan.Event`; their bodies name the TrainJob's uid,
+    known once it exists)."""
+    import datetime as dt
+
+    from trainjob_operator.api import parse_trainjob
+    from trainjob_operator.reconcile.plan import plan_trainjob
+    from trainjob_operator.render import render_for_reconcile
+
+    trainjob, children = _bound_children(name, template, namespace)
+    children.sort(key=lambda item: item[1]["kind"] == "Pod")  # a Pod names its ServiceAccount
+    obj = copy.deepcopy(trainjob)
+    obj["metadata"]["uid"] = f"{name}-uid"
+    plan = plan_trainjob(
+        parse_trainjob(obj),
+        obj["metadata"]["uid"],
+        {},
+        {},
+        [],
+        render_for_reconcile,
+        dt.datetime.now(dt.UTC),
+        generation=1,
+    )
+    if len(plan.create) != len(children):
+        raise RuntimeError(
+            f"the plan creates {len(plan.create)} children, the renderer made {len(children)}"
+        )
+    return trainjob, children, {"status": plan.status_patch()}, list(plan.events)
+
+
+def bound_of_the_writes(
+    api: Api, template: dict[str, Any], jobs: int, concurrency: int
+) -> dict[str, Any]:
+    """The bound of everything the operator makes the API server do for a new TrainJob, done
+    by a client that takes no CPU and no time: the physical bound of this operator's work.
+
+    As :func:`bound_with_trainjobs` (this process POSTs ``jobs`` TrainJobs back to back into
+    :data:`BOUND_NAMESPACE`; ``concurrency`` threads POST each one's children as soon as it
+    exists), and then, as the operator's first reconcile does, the TrainJob's status patch and
+    its Event, all rendered and planned by the operator's own code before the clock starts.
+    Two more watches stand for the operator's own (its TrainJobs, its pods), their events
+    read and dropped. What is left out: the operator's CPU, its reads of the watch streams'
+    events and its handler's queueing. TrainJobs per second from the first TrainJob POST to the
+    last answer, as the burst's figure."""
+    import datetime as dt
+    from concurrent.futures import ThreadPoolExecutor
+
+    from trainjob_operator.reconcile.apply import event_body
+
+    writes = [_operator_writes(f"boundop-{i:04d}", template) for i in range(jobs)]
+    operator_watches = [
+        Watch(api, TRAINJOBS.format(ns=BOUND_NAMESPACE), {}, None),
+        Watch(
+            api, CHILD_KINDS["Pod"].format(ns=BOUND_NAMESPACE), {"labelSelector": NAME_LABEL}, None
+        ),
+    ]
+    for w in operator_watches:
+        w.start()
+
+    def check(status: int, body: Any, what: str) -> None:
+        if status not in (200, 201):
+            raise RuntimeError(f"bound: {what}: HTTP {status}: {body}")
+
+    def reconcile(
+        created: dict[str, Any],
+        children: list[tuple[str, dict[str, Any]]],
+        status_patch: dict[str, Any],
+        events: list[Any],
+    ) -> None:
+        for path, child in children:
+            check(*api.request("POST", path, child), f"POST {path}")
+        name = created["metadata"]["name"]
+        check(
+            *api.request(
+                "PATCH",
+                f"{TRAINJOBS.format(ns=BOUND_NAMESPACE)}/{name}/status",
+                status_patch,
+                "application/merge-patch+json",
+            ),
+            f"PATCH {name}/status",
+        )
+        for event in events:
+            body = event_body(created, event, dt.datetime.now(dt.UTC))
+            check(
+                *api.request("POST", f"/api/v1/namespaces/{BOUND_NAMESPACE}/events", body),
+                "POST Event",
+            )
+
+    path = TRAINJOBS.format(ns=BOUND_NAMESPACE)
+    try:
+        with ThreadPoolExecutor(concurrency, thread_name_prefix="bound-op") as pool:
+            t0 = time.perf_counter()
+            futures = []
+            for trainjob, children, status_patch, events in writes:
+                status, created = api.request("POST", path, trainjob)
+                check(status, created, "POST TrainJob")
+                futures.append(pool.submit(reconcile, created, children, status_patch, events))
+            submitted = time.perf_counter() - t0
+            for future in futures:
+                future.result()
+            span = time.perf_counter() - t0
+    finally:
+        for w in operator_watches:
+            w.stop()
+    errors = [str(w.error) for w in operator_watches if w.error is not None]
+    if errors:
+        raise RuntimeError(f"bound: watch errors {errors}")
+    return {
+        "jobs": jobs,
+        "concurrency": concurrency,
+        "span_s": span,
+        "submit_s": submitted,
+        "jobs_per_s": jobs / span,
+        "requests_per_job": 1 + len(writes[0][1]) + 1 + len(writes[0][3]),
     }
 
 
@@ -633,6 +870,14 @@ def _window(samples: list[dict[str, Any]], t0: float, t1: float) -> list[dict[st
     return [s for s in samples if t0 <= s["t"] <= t1]
 
 
+def _cpu_shares(samples: list[dict[str, Any]], t0: float, t1: float) -> dict[str, float | None]:
+    """Cores each sampled process used between ``t0`` and ``t1`` (1.0 = one core)."""
+    if not samples:
+        return {}
+    window = _window(samples, t0, t1)
+    return {k[len("cpu_") :]: _cpu_share(window, k) for k in samples[0] if k.startswith("cpu_")}
+
+
 def _cpu_share(samples: list[dict[str, Any]], key: str) -> float | None:
     """CPU seconds per wall second of ``key`` over the samples (1.0 = one core)."""
     vals = [(s["t"], s[key]) for s in samples if s.get(key) is not None]
@@ -672,18 +917,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if status != 201:
             raise RuntimeError(f"create namespace: HTTP {status}: {body}")
         tracker = Tracker(n_children)
+        # The benchmark's own watches cover every namespace, so the bounds below, in their
+        # own namespace, make the API server feed the same watchers as the operator's burst.
         watches = [
-            Watch(api, p.format(ns=NAMESPACE), {"labelSelector": NAME_LABEL}, tracker.on_child(k))
+            Watch(api, _all_namespaces(p), {"labelSelector": NAME_LABEL}, tracker.on_child(k))
             for k, p in CHILD_KINDS.items()
             if k in kinds
         ]
-        watches.append(Watch(api, TRAINJOBS.format(ns=NAMESPACE), {}, tracker.on_trainjob))
+        watches.append(Watch(api, _all_namespaces(TRAINJOBS), {}, tracker.on_trainjob))
         for w in watches:
             w.start()
         t_start = time.time()
         proc, metrics_port, log_path = start_operator(env, workdir)
         result["operator_start_s"] = time.time() - t_start
-        pids = {"operator": proc.pid}
+        # This process too: its watches and client share the 2 cores with the API server.
+        pids = {"operator": proc.pid, "benchmark": os.getpid()}
         for p in env._procs:  # the apiserver's and etcd's CPU time (read-only use)
             pids[p.name.replace("-", "_")] = p.popen.pid
         sampler = Sampler(pids, tracker)
@@ -739,6 +987,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 f"{result['bound_with_trainjobs']['submit_s']:.2f} s)",
                 result["bound_with_trainjobs"],
             )
+            # And with every write of the operator's (status, Event) and its watches.
+            result["bound_of_the_writes"] = bound_of_the_writes(
+                api, template, args.jobs, args.bound_concurrency
+            )
+            marks["bound_of_the_writes_end"] = time.time()
+            result["bound_of_the_writes"]["operator_ratio"] = (
+                rate / result["bound_of_the_writes"]["jobs_per_s"] if rate else None
+            )
+            _print_bound(
+                "bound of the operator's writes (the TrainJob POSTs "
+                f"{result['bound_of_the_writes']['submit_s']:.2f} s)",
+                result["bound_of_the_writes"],
+            )
             # 3. scale up to --total, then steady state
             more = [f"scale-{i:04d}" for i in range(max(0, args.total - len(seq) - len(burst)))]
             marks["scale_start"] = time.time()
@@ -766,6 +1027,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if errors or not alive:
             raise RuntimeError(f"watch errors {errors}, operator alive {alive}:\n{log_tail}")
         result["request_costs"] = request_costs(env, api)
+        result["write_costs"] = write_costs(env, api, template, args.jobs, args.bound_concurrency)
     common.rmtree(workdir)
 
     samples = sampler.samples
@@ -800,15 +1062,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             }
             if samples and settle
             else {},
-            "burst_cpu": {
-                k[len("cpu_") :]: _cpu_share(
-                    _window(samples, marks["burst_start"], marks["burst_end"]), k
-                )
-                for k in samples[0]
-                if k.startswith("cpu_")
-            }
-            if samples
-            else {},
+            "burst_cpu": _cpu_shares(samples, marks["burst_start"], marks["burst_end"]),
+            "bound_cpu": _cpu_shares(samples, marks["bound_start"], marks["bound_end"]),
+            "bound_with_trainjobs_cpu": _cpu_shares(
+                samples, marks["bound_end"], marks["bound_with_trainjobs_end"]
+            ),
+            "bound_of_the_writes_cpu": _cpu_shares(
+                samples, marks["bound_with_trainjobs_end"], marks["bound_of_the_writes_end"]
+            ),
             "metrics": metrics,
             # Reconciles per second by trigger while nothing changed (timers, mostly) and their
             # mean duration; each TrainJob's timer alone asks for 1 / 5 s.
@@ -868,6 +1129,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"{common.fmt(result['rss_peak_mib'], 1)} MiB); steady CPU {result['steady_cpu']}",
         flush=True,
     )
+    for key in ("burst_cpu", "bound_cpu", "bound_with_trainjobs_cpu", "bound_of_the_writes_cpu"):
+        shares = ", ".join(f"{k} {common.fmt(v, 2)}" for k, v in result[key].items())
+        print(f"[operator] cores used, {key[: -len('_cpu')]}: {shares}", flush=True)
+    for what, row in result["write_costs"].items():
+        print(
+            f"[operator] {what}: kube-apiserver {row['kube_apiserver_ms']:.2f} ms, etcd "
+            f"{row['etcd_ms']:.2f} ms of CPU per write ({row['per_s']:.0f}/s)",
+            flush=True,
+        )
     data = {
         "params": {
             "sequential": args.sequential,

@@ -814,20 +814,57 @@ def render_operator(data: dict[str, Any], img_rel: str) -> tuple[str, list[list[
     steady = data.get("steady_reconciles_per_s") or {}
     total = data["total_jobs"]
     expected_timer = total / p["timer_interval_s"]
-    cpu = data.get("steady_cpu") or {}
-    bcpu = data.get("burst_cpu") or {}
+    cpu_windows = [
+        ("during the burst", "burst_cpu"),
+        ("the bound", "bound_cpu"),
+        ("the bound with TrainJobs", "bound_with_trainjobs_cpu"),
+        ("the bound of the writes", "bound_of_the_writes_cpu"),
+        (f"steady state at {total}", "steady_cpu"),
+    ]
+    cpu_windows = [(label, key) for label, key in cpu_windows if data.get(key)]
     cpu_rows = [
-        [
-            name,
-            f(bcpu.get(key), 2),
-            f(cpu.get(key), 2),
-        ]
-        for key, name in (
+        [name, *(f((data.get(key) or {}).get(proc), 2) for _, key in cpu_windows)]
+        for proc, name in (
             ("operator", "operator (`trainjob operator`)"),
             ("kube_apiserver", "kube-apiserver"),
             ("etcd", "etcd"),
+            ("benchmark", "the benchmark (its client and watches)"),
         )
+        if any(proc in (data.get(key) or {}) for _, key in cpu_windows)
     ]
+    cpu_header = ["process", *(label for label, _ in cpu_windows)]
+    write_costs = data.get("write_costs") or {}
+    writes_per_job = {"POST TrainJob": 1, "PATCH TrainJob status": 1, "POST Event": 1}
+    for kind, n in data["children_per_job"].items():
+        writes_per_job[f"POST {kind}"] = n
+    write_rows = []
+    apiserver_ms = {"children": 0.0, "all": 0.0}
+    for what, row in write_costs.items():
+        n = writes_per_job.get(what, 0)
+        per_job = row["kube_apiserver_ms"] * n
+        apiserver_ms["all"] += per_job
+        if what.startswith("POST") and what not in ("POST TrainJob", "POST Event"):
+            apiserver_ms["children"] += per_job
+        write_rows.append(
+            [
+                what,
+                f(row["kube_apiserver_ms"], 2),
+                f(row["etcd_ms"], 2),
+                str(n),
+                f(per_job, 1),
+            ]
+        )
+    if write_rows:
+        write_rows.append(
+            [
+                "**all the writes of one new TrainJob**",
+                "",
+                "",
+                str(sum(writes_per_job.get(w, 0) for w in write_costs)),
+                f"**{f(apiserver_ms['all'], 1)}**",
+            ]
+        )
+    children_share = apiserver_ms["children"] / apiserver_ms["all"] if write_rows else None
     rc = data.get("request_costs") or {}
     cost_rows = [
         [
@@ -1112,6 +1149,19 @@ def render_operator(data: dict[str, Any], img_rel: str) -> tuple[str, list[list[
                 f"{f(bound_tj.get('operator_ratio'), 2)} of it",
             ]
         )
+    bound_ops = data.get("bound_of_the_writes")
+    if bound_ops and burst:
+        headline.append(
+            [
+                "operator throughput vs the bound of its writes (as the row above, plus each "
+                "TrainJob's status patch and Event, and watches standing for the operator's: "
+                "an operator that costs nothing and writes what this one writes)",
+                f"{f(burst['jobs_per_s'], 1)} vs {f(bound_ops['jobs_per_s'], 1)} TrainJobs/s = "
+                f"**{f(100 * (bound_ops.get('operator_ratio') or 0), 0)}%** of it",
+                "n/a (no operator)",
+                f"{f(bound_ops.get('operator_ratio'), 2)} of it",
+            ]
+        )
     seq = phases.get("sequential")
     if seq:
         headline.append(
@@ -1157,9 +1207,10 @@ renders the same children for {bound["jobs"]} TrainJobs with the operator's own 
 with a plain client of {bound["concurrency"]} threads (one kept-alive connection each; every
 non-Pod child first, then the Pods): {f(bound["span_s"], 2)} s,
 **{f(bound["creates_per_s"], 0)} creates/s = {f(bound["jobs_per_s"], 1)} TrainJobs/s** (median
-POST {f(bound["post_ms_p50"], 1)} ms). No reads, status writes, Events, rendering or watches:
-what the operator does beyond the creates is its cost over this bound. The operator's burst
-reached **{f(100 * (bound.get("operator_ratio") or 0), 0)}%** of it.
+POST {f(bound["post_ms_p50"], 1)} ms). No reads, status writes, Events, rendering or watches of
+its own (the benchmark's watches, which span all namespaces, see these children as they see the
+operator's): what the operator does beyond the creates is its cost over this bound. The
+operator's burst reached **{f(100 * (bound.get("operator_ratio") or 0), 0)}%** of it.
 """
     bound_tj = data.get("bound_with_trainjobs")
     if bound and bound_tj:
@@ -1174,6 +1225,50 @@ one's children as soon as its TrainJob exists (an operator that takes no CPU and
 POSTs alone {f(bound_tj["submit_s"], 2)} s). The operator's burst reached
 **{f(100 * (bound_tj.get("operator_ratio") or 0), 0)}%** of it.
 """
+    bound_ops = data.get("bound_of_the_writes")
+    if bound and bound_ops:
+        bound_txt += f"""
+Both leave out what the operator must write besides the children, and the watches it needs.
+**The bound of the operator's writes** adds them: as the bound above, and after each
+TrainJob's children the status patch and the Event of its first reconcile, as the operator's
+own planner makes them (rendered and planned before the clock starts), with two watches in the
+namespace standing for the operator's (its TrainJobs, its pods; their events read and dropped
+unparsed). {bound_ops["requests_per_job"]} requests per TrainJob by a client that takes no CPU
+and no time, the physical bound of this operator's work on this API server:
+{f(bound_ops["span_s"], 2)} s, **{f(bound_ops["jobs_per_s"], 1)} TrainJobs/s**. The operator's
+burst reached **{f(100 * (bound_ops.get("operator_ratio") or 0), 0)}%** of it.
+"""
+    if write_rows:
+        children_pct = f(100 * (children_share or 0), 0)
+        n_watches = len(data["children_per_job"]) + 1
+        bound_txt += f"""
+Why the bounds differ so much: the writes do not cost the API server alike. After the run
+(operator stopped, a namespace no one watches), the writes of {p["jobs"]} TrainJobs again,
+one kind at a time by {p["bound_concurrency"]} threads; CPU of the kube-apiserver and etcd per
+write (from `/proc`), and per new TrainJob:
+
+{
+            table(
+                [
+                    "write",
+                    "kube-apiserver ms",
+                    "etcd ms",
+                    "per TrainJob",
+                    "kube-apiserver ms per TrainJob",
+                ],
+                write_rows,
+            )
+        }
+
+The children are {children_pct}% of what a new TrainJob costs the API server. A custom
+resource's write costs it several times a core object's, and the status patch, which decodes,
+patches, coerces to the CRD's schema and validates the whole stored TrainJob, is the dearest
+write of all (a profile is in the latest round below). So the first bound, the children
+alone, is out of an operator's reach by construction: with the API server's CPU the limit, an
+operator that cost nothing would reach about {children_pct}% of it, before the watches (every
+event is encoded and sent to each watcher: the benchmark's own {n_watches} and the
+operator's 2).
+"""
     text = f"""## 6. Operator: reconcile latency, throughput, memory (issues 6, 20)
 
 `benchmarks/bench_operator.py`: etcd + kube-apiserver {p.get("k8s_version", "1.20.2")} from
@@ -1183,8 +1278,10 @@ operator --namespace bench` (kopf; the default 5 s timer per TrainJob), with the
 client libraries absent as in the operator image (`AS_IN_THE_IMAGE`). TrainJobs are
 `{p["manifest"]}` renamed; each gets {sum(data["children_per_job"].values())} children
 ({kinds}). The benchmark POSTs TrainJobs over a kept-alive HTTPS connection and watches the
-children (one watch per kind) and the TrainJobs. **Latency**: from just before a TrainJob's POST
-to the moment the watch saw its last child ("children"), or its first status ("status").
+children (one watch per kind, across all namespaces, so that every bound below feeds the API
+server's watchers as the burst does) and the TrainJobs. **Latency**: from just before a
+TrainJob's POST to the moment the watch saw its last child ("children"), or its first status
+("status").
 Phases on one API server and operator: **sequential** ({p["sequential"]} TrainJobs, each created
 when the previous one's children all exist), **burst** ({p["jobs"]} created back to back),
 **scale** (a second burst up to {p["total"]} TrainJobs), then {p["settle_s"]:g} s of steady state
@@ -1205,7 +1302,7 @@ Steady state at {total} TrainJobs: reconciles per second by trigger {steady_txt 
 {f(mean_rec, 3)} s (all reconciles of the run: {f(data.get("all_reconcile_mean_s"), 3)} s).
 CPU (cores, 1.0 = one core of the 2):
 
-{table(["process", "during the burst", f"steady state at {total}"], cpu_rows)}
+{table(cpu_header, cpu_rows)}
 
 ![operator latency CDF]({img_rel}/operator_latency_cdf.png)
 
@@ -1499,6 +1596,43 @@ bound, measured with the Events switched off altogether (a local patch, 400 Trai
 alternating, 2 runs each): the burst at 65.7 / 68.4 TrainJobs/s without Events, 64.8 / 65.7
 with them, against first bounds of 113.8-121.8. About 3%, within the noise, for Events that
 would then arrive after the state they describe.
+
+**Where the API server's time goes (issue 20, 2026-12-06, the latest round).** The benchmark
+now samples its own CPU too, and per phase: during the burst the kube-apiserver used 1.16-1.18
+cores and during the first bound 1.12-1.17, the same share of the 2 cores; the operator took
+0.50-0.51 core in the burst, where in the bound the benchmark's process (the bound's client and
+the benchmark's watches) took 0.47-0.50 (its watches alone 0.10-0.11 in the burst). So the
+operator does not starve the API server: the burst is slower because each of its TrainJobs
+costs the API server more work, 38-40 ms of its CPU against 23-25 ms for a TrainJob's children
+alone (cores over TrainJobs/s). The per-write table above says what that work is: the
+TrainJob's own POST (3.6-6.0 ms in this round's runs) and its status patch (5.0-8.8 ms) are
+custom-resource writes, each costing the API server what 3-6 core objects do, and the Event
+adds 1.1-2.6 ms. A CPU profile of the kube-apiserver under status patches (`go tool pprof`, 8
+s, 8 threads patching; a local run with `--profiling=true`, not in the repository) had 60% of
+its samples in the update path: decoding the stored TrainJob and the patch 29%, applying the
+JSON merge patch 19% (marshal and unmarshal of the whole object), coercing it to the CRD's
+schema 18%, reading the managed fields 13%, validating the update 10% (the figures overlap),
+and the garbage collector another 10%. A JSON patch or a PUT of the status instead of the merge
+patch cost the same (5.8-6.5 ms, 300 each, measured by hand), and so did a patch of the phase
+alone: the cost is the object's, not the patch's. None of it is the operator's to cut: a status
+costs one write, the fewest there can be.
+
+So the benchmark measures a third bound, **the bound of the operator's writes** (above): every
+request this operator makes the API server serve for a new TrainJob (13: the TrainJob, its 10
+children, its status patch, its Event, as the operator's own planner makes them), and watches
+standing for the operator's, by a client that costs nothing. Against it the operator reached
+87-94% in the four runs of this round (100, 200 and twice 400 TrainJobs; 87% in the committed
+run, the one of 200), against 51-68% of the first bound in the same runs. The first bound, the
+issue's own, stays the goal's measure above: 80% of it is out of reach for any operator that
+writes a status and an Event, since those and the TrainJob's own POST are about 30% of the API
+server's work for a new TrainJob.
+
+The benchmark's own watches spanned only the burst's namespace until this round, so the first
+two bounds ran with no watcher of their children while the burst fed 8 of them. They span all
+namespaces now. 400 TrainJobs, alternating, 2 runs each: the first bound at 53.9 and 72.3
+TrainJobs/s with the watches in one namespace, 51.6 and 51.7 with them across all; the bound
+with the TrainJobs 50.8 / 59.1 vs 40.9 / 44.7. The direction is the expected one (every event
+is encoded and sent to every watcher) and the size within the noise of these runs.
 """
     return text, headline
 

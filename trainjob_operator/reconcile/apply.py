@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -120,11 +121,11 @@ def read_children(client: KubeClient, namespace: str, name: str) -> list[dict[st
     return [child for listed in lists for child in listed.result()]
 
 
-def post_event(client: KubeClient, obj: dict[str, Any], event: Event, now: dt.datetime) -> None:
-    """A core/v1 Event on the TrainJob (best effort)."""
+def event_body(obj: Mapping[str, Any], event: Event, now: dt.datetime) -> dict[str, Any]:
+    """The core/v1 Event that reports ``event`` on the TrainJob ``obj``."""
     meta = obj["metadata"]
     stamp = now.strftime(TIMESTAMP_FORMAT)
-    body = {
+    return {
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
@@ -143,8 +144,12 @@ def post_event(client: KubeClient, obj: dict[str, Any], event: Event, now: dt.da
         "lastTimestamp": stamp,
         "count": 1,
     }
+
+
+def post_event(client: KubeClient, obj: dict[str, Any], event: Event, now: dt.datetime) -> None:
+    """A core/v1 Event on the TrainJob (best effort)."""
     try:
-        client.ensure(body, meta["namespace"])
+        client.ensure(event_body(obj, event, now), obj["metadata"]["namespace"])
     except ApiError as exc:
         logger.warning("could not post event %s: %s", event.reason, exc)
 
@@ -245,6 +250,7 @@ __all__ = [
     "Renderer",
     "create_children",
     "create_waves",
+    "event_body",
     "execute_plan",
     "invalid_child_message",
     "post_event",
