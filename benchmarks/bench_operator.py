@@ -495,9 +495,9 @@ def write_costs(
         n = len(requests)
         row = {"writes": float(n), "per_s": n / span}
         for k, pid in pids.items():
-            row[f"{k.replace('-', '_')}_ms"] = (
-                (common.process_cpu_seconds(pid) - before[k]) / n * 1e3
-            )
+            now, then = common.process_cpu_seconds(pid), before[k]
+            if now is not None and then is not None:
+                row[f"{k.replace('-', '_')}_ms"] = (now - then) / n * 1e3
         if what == "POST TrainJob":
             created.extend(answers)
         return row
@@ -613,41 +613,52 @@ def bound_with_trainjobs(
     as soon as its TrainJob exists: every non-Pod child, then the Pods. TrainJobs per second
     from the first TrainJob POST to the last child's answer, as the burst's figure.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
-    trainjobs: list[dict[str, Any]] = []
-    children: list[list[tuple[str, dict[str, Any]]]] = []
+    prepared = []
     for i in range(jobs):
-        trainjob, mine = _bound_children(f"boundtj-{i:04d}", template)
-        trainjobs.append(trainjob)
-        mine.sort(key=lambda item: item[1]["kind"] == "Pod")  # a Pod names its ServiceAccount
-        children.append(mine)
+        trainjob, children = _bound_children(f"boundtj-{i:04d}", template)
+        children.sort(key=lambda item: item[1]["kind"] == "Pod")  # a Pod names its ServiceAccount
+        prepared.append((trainjob, children))
 
-    def post_children(items: list[tuple[str, dict[str, Any]]]) -> None:
-        for path, child in items:
-            status, body = api.request("POST", path, child)
-            if status != 201:
-                raise RuntimeError(f"bound: POST {path}: HTTP {status}: {body}")
+    def post_children(_created: dict[str, Any], children: list[tuple[str, Any]]) -> None:
+        for path, child in children:
+            _check(*api.request("POST", path, child), f"POST {path}")
+
+    return _trainjobs_then(api, prepared, post_children, concurrency)
+
+
+def _check(status: int, body: Any, what: str) -> None:
+    """Raise unless the API server answered ``what`` with success."""
+    if status not in (200, 201):
+        raise RuntimeError(f"bound: {what}: HTTP {status}: {body}")
+
+
+def _trainjobs_then(
+    api: Api, prepared: list[tuple[dict[str, Any], Any]], then: Any, concurrency: int
+) -> dict[str, Any]:
+    """POST each ``(trainjob, rest)`` of ``prepared``'s TrainJobs back to back, as the burst
+    does (one client), and run ``then(trainjob as created, rest)`` for each on a pool of
+    ``concurrency`` threads as soon as it exists: TrainJobs per second from the first POST to
+    the last ``then`` done, as the burst's figure."""
+    from concurrent.futures import ThreadPoolExecutor
 
     path = TRAINJOBS.format(ns=BOUND_NAMESPACE)
     with ThreadPoolExecutor(concurrency, thread_name_prefix="bound-tj") as pool:
         t0 = time.perf_counter()
         futures = []
-        for obj, items in zip(trainjobs, children, strict=True):
-            status, body = api.request("POST", path, obj)
-            if status != 201:
-                raise RuntimeError(f"bound: POST TrainJob: HTTP {status}: {body}")
-            futures.append(pool.submit(post_children, items))
+        for trainjob, rest in prepared:
+            status, created = api.request("POST", path, trainjob)
+            _check(status, created, "POST TrainJob")
+            futures.append(pool.submit(then, created, rest))
         submitted = time.perf_counter() - t0
         for future in futures:
             future.result()
         span = time.perf_counter() - t0
     return {
-        "jobs": jobs,
+        "jobs": len(prepared),
         "concurrency": concurrency,
         "span_s": span,
         "submit_s": submitted,
-        "jobs_per_s": jobs / span,
+        "jobs_per_s": len(prepared) / span,
     }
 
 
@@ -701,7 +712,6 @@ def bound_of_the_writes(
     events and its handler's queueing. TrainJobs per second from the first TrainJob POST to the
     last answer, as the burst's figure."""
     import datetime as dt
-    from concurrent.futures import ThreadPoolExecutor
 
     from trainjob_operator.reconcile.apply import event_body
 
@@ -715,20 +725,12 @@ def bound_of_the_writes(
     for w in operator_watches:
         w.start()
 
-    def check(status: int, body: Any, what: str) -> None:
-        if status not in (200, 201):
-            raise RuntimeError(f"bound: {what}: HTTP {status}: {body}")
-
-    def reconcile(
-        created: dict[str, Any],
-        children: list[tuple[str, dict[str, Any]]],
-        status_patch: dict[str, Any],
-        events: list[Any],
-    ) -> None:
+    def reconcile(created: dict[str, Any], rest: tuple[Any, dict[str, Any], list[Any]]) -> None:
+        children, status_patch, events = rest
         for path, child in children:
-            check(*api.request("POST", path, child), f"POST {path}")
+            _check(*api.request("POST", path, child), f"POST {path}")
         name = created["metadata"]["name"]
-        check(
+        _check(
             *api.request(
                 "PATCH",
                 f"{TRAINJOBS.format(ns=BOUND_NAMESPACE)}/{name}/status",
@@ -739,38 +741,23 @@ def bound_of_the_writes(
         )
         for event in events:
             body = event_body(created, event, dt.datetime.now(dt.UTC))
-            check(
+            _check(
                 *api.request("POST", f"/api/v1/namespaces/{BOUND_NAMESPACE}/events", body),
                 "POST Event",
             )
 
-    path = TRAINJOBS.format(ns=BOUND_NAMESPACE)
+    prepared = [
+        (trainjob, (children, patch, events)) for trainjob, children, patch, events in writes
+    ]
     try:
-        with ThreadPoolExecutor(concurrency, thread_name_prefix="bound-op") as pool:
-            t0 = time.perf_counter()
-            futures = []
-            for trainjob, children, status_patch, events in writes:
-                status, created = api.request("POST", path, trainjob)
-                check(status, created, "POST TrainJob")
-                futures.append(pool.submit(reconcile, created, children, status_patch, events))
-            submitted = time.perf_counter() - t0
-            for future in futures:
-                future.result()
-            span = time.perf_counter() - t0
+        result = _trainjobs_then(api, prepared, reconcile, concurrency)
     finally:
         for w in operator_watches:
             w.stop()
     errors = [str(w.error) for w in operator_watches if w.error is not None]
     if errors:
         raise RuntimeError(f"bound: watch errors {errors}")
-    return {
-        "jobs": jobs,
-        "concurrency": concurrency,
-        "span_s": span,
-        "submit_s": submitted,
-        "jobs_per_s": jobs / span,
-        "requests_per_job": 1 + len(writes[0][1]) + 1 + len(writes[0][3]),
-    }
+    return {**result, "requests_per_job": 1 + len(writes[0][1]) + 1 + len(writes[0][3])}
 
 
 def _print_bound(what: str, bound: dict[str, Any]) -> None:
@@ -963,43 +950,38 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             # (its first timer ticks of the burst's TrainJobs, 5 s after each, done too).
             wait_quiet(metrics_port, args.timeout_s, quiet_s=3.0, timers_too=True)
             marks["bound_start"] = time.time()
-            result["bound"] = bound(api, template, args.jobs, args.bound_concurrency)
-            marks["bound_end"] = time.time()
             rate = phases[-1]["jobs_per_s"]
-            result["bound"]["operator_ratio"] = (
-                rate / result["bound"]["jobs_per_s"] if rate else None
+            # Then the same with the TrainJobs' own creates (an operator that costs nothing),
+            # and with every write of the operator's (status, Event) and its watches.
+            bounds = (
+                (
+                    "bound",
+                    bound,
+                    lambda b: (
+                        f"bound: {b['creates']} creates by {b['concurrency']} threads in "
+                        f"{b['span_s']:.2f} s"
+                    ),
+                ),
+                (
+                    "bound_with_trainjobs",
+                    bound_with_trainjobs,
+                    lambda b: (
+                        f"bound with the TrainJob creates (their POSTs {b['submit_s']:.2f} s)"
+                    ),
+                ),
+                (
+                    "bound_of_the_writes",
+                    bound_of_the_writes,
+                    lambda b: (
+                        f"bound of the operator's writes (the TrainJob POSTs {b['submit_s']:.2f} s)"
+                    ),
+                ),
             )
-            _print_bound(
-                f"bound: {result['bound']['creates']} creates by {args.bound_concurrency} "
-                f"threads in {result['bound']['span_s']:.2f} s",
-                result["bound"],
-            )
-            # The same with the TrainJobs' own creates (an operator that costs nothing).
-            result["bound_with_trainjobs"] = bound_with_trainjobs(
-                api, template, args.jobs, args.bound_concurrency
-            )
-            marks["bound_with_trainjobs_end"] = time.time()
-            result["bound_with_trainjobs"]["operator_ratio"] = (
-                rate / result["bound_with_trainjobs"]["jobs_per_s"] if rate else None
-            )
-            _print_bound(
-                "bound with the TrainJob creates (their POSTs "
-                f"{result['bound_with_trainjobs']['submit_s']:.2f} s)",
-                result["bound_with_trainjobs"],
-            )
-            # And with every write of the operator's (status, Event) and its watches.
-            result["bound_of_the_writes"] = bound_of_the_writes(
-                api, template, args.jobs, args.bound_concurrency
-            )
-            marks["bound_of_the_writes_end"] = time.time()
-            result["bound_of_the_writes"]["operator_ratio"] = (
-                rate / result["bound_of_the_writes"]["jobs_per_s"] if rate else None
-            )
-            _print_bound(
-                "bound of the operator's writes (the TrainJob POSTs "
-                f"{result['bound_of_the_writes']['submit_s']:.2f} s)",
-                result["bound_of_the_writes"],
-            )
+            for key, measure, describe in bounds:
+                result[key] = measure(api, template, args.jobs, args.bound_concurrency)
+                marks[f"{key}_end"] = time.time()
+                result[key]["operator_ratio"] = rate / result[key]["jobs_per_s"] if rate else None
+                _print_bound(describe(result[key]), result[key])
             # 3. scale up to --total, then steady state
             more = [f"scale-{i:04d}" for i in range(max(0, args.total - len(seq) - len(burst)))]
             marks["scale_start"] = time.time()

@@ -1125,41 +1125,40 @@ def render_operator(data: dict[str, Any], img_rel: str) -> tuple[str, list[list[
             ]
         )
     bound = data.get("bound")
-    if bound and burst:
+    bound_rows = (
+        (
+            "bound",
+            "operator throughput vs the bound (the same children POSTed by a plain "
+            "{concurrency}-thread client, same API server, same run)",
+            "of the bound (goal: >= 0.80)",
+        ),
+        (
+            "bound_with_trainjobs",
+            "operator throughput vs the bound with the TrainJobs' own creates (the burst's "
+            "TrainJob POSTs, each one's children POSTed as soon as it exists by a plain "
+            "{concurrency}-thread client: an operator that costs nothing)",
+            "of it",
+        ),
+        (
+            "bound_of_the_writes",
+            "operator throughput vs the bound of its writes (as the row above, plus each "
+            "TrainJob's status patch and Event, and watches standing for the operator's: "
+            "an operator that costs nothing and writes what this one writes)",
+            "of it",
+        ),
+    )
+    for key, label, of_what in bound_rows:
+        measured = data.get(key)
+        if not (measured and burst):
+            continue
+        share = measured.get("operator_ratio")
         headline.append(
             [
-                "operator throughput vs the bound (the same children POSTed by a plain "
-                f"{bound['concurrency']}-thread client, same API server, same run)",
-                f"{f(burst['jobs_per_s'], 1)} vs {f(bound['jobs_per_s'], 1)} TrainJobs/s = "
-                f"**{f(100 * (bound.get('operator_ratio') or 0), 0)}%** of the bound",
+                label.format(concurrency=measured["concurrency"]),
+                f"{f(burst['jobs_per_s'], 1)} vs {f(measured['jobs_per_s'], 1)} TrainJobs/s = "
+                f"**{f(100 * (share or 0), 0)}%** {of_what.split(' (')[0]}",
                 "n/a (no operator)",
-                f"{f(bound.get('operator_ratio'), 2)} of the bound (goal: >= 0.80)",
-            ]
-        )
-    bound_tj = data.get("bound_with_trainjobs")
-    if bound_tj and burst:
-        headline.append(
-            [
-                "operator throughput vs the bound with the TrainJobs' own creates (the burst's "
-                "TrainJob POSTs, each one's children POSTed as soon as it exists by a plain "
-                f"{bound_tj['concurrency']}-thread client: an operator that costs nothing)",
-                f"{f(burst['jobs_per_s'], 1)} vs {f(bound_tj['jobs_per_s'], 1)} TrainJobs/s = "
-                f"**{f(100 * (bound_tj.get('operator_ratio') or 0), 0)}%** of it",
-                "n/a (no operator)",
-                f"{f(bound_tj.get('operator_ratio'), 2)} of it",
-            ]
-        )
-    bound_ops = data.get("bound_of_the_writes")
-    if bound_ops and burst:
-        headline.append(
-            [
-                "operator throughput vs the bound of its writes (as the row above, plus each "
-                "TrainJob's status patch and Event, and watches standing for the operator's: "
-                "an operator that costs nothing and writes what this one writes)",
-                f"{f(burst['jobs_per_s'], 1)} vs {f(bound_ops['jobs_per_s'], 1)} TrainJobs/s = "
-                f"**{f(100 * (bound_ops.get('operator_ratio') or 0), 0)}%** of it",
-                "n/a (no operator)",
-                f"{f(bound_ops.get('operator_ratio'), 2)} of it",
+                f"{f(share, 2)} {of_what}",
             ]
         )
     seq = phases.get("sequential")
