@@ -439,6 +439,50 @@ def request_costs(env: Any, api: Api, repeats: int = 10) -> dict[str, Any]:
     }
 
 
+#: How often a driver patches its TrainJob's status while it reports (``StatusPublisher``).
+DRIVER_STATUS_INTERVAL_S = 2.0
+
+
+def driver_updates(api: Api, names: list[str], duration_s: float) -> dict[str, Any]:
+    """Stand in for the drivers of TrainJobs ``names``, training: for ``duration_s``, patch
+    each one's ``status.progress`` every :data:`DRIVER_STATUS_INTERVAL_S`, as the in-pod
+    driver's status publisher does while ``report()`` is called (a new step and metrics each
+    time). What the operator does meanwhile is what running TrainJobs cost it."""
+    import datetime as dt
+    from concurrent.futures import ThreadPoolExecutor
+
+    path = TRAINJOBS.format(ns=NAMESPACE)
+
+    def publish(item: tuple[str, int]) -> None:
+        name, step = item
+        patch = {
+            "status": {
+                "progress": {
+                    "step": step,
+                    "metrics": {"loss": 1.0 / (step + 1)},
+                    "updatedAt": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                }
+            }
+        }
+        _check(
+            *api.request("PATCH", f"{path}/{name}/status", patch, "application/merge-patch+json"),
+            f"PATCH {name}/status",
+        )
+
+    patches = 0
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(4, thread_name_prefix="driver") as pool:
+        step = 0
+        while time.monotonic() - t0 < duration_s:
+            round_start = time.monotonic()
+            list(pool.map(publish, [(name, step) for name in names]))
+            patches += len(names)
+            step += 1
+            time.sleep(max(0.0, DRIVER_STATUS_INTERVAL_S - (time.monotonic() - round_start)))
+    span = time.monotonic() - t0
+    return {"trainjobs": len(names), "patches": patches, "span_s": span}
+
+
 #: Where :func:`write_costs` writes (no watcher and no operator there).
 COSTS_NAMESPACE = "bench-costs"
 
@@ -998,6 +1042,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             time.sleep(args.settle_s)
             marks["settle_end"] = time.time()
             metrics = scrape_metrics(metrics_port)
+            # 4. drivers at work: progress updates of --running TrainJobs
+            if args.running and args.running_s > 0:
+                marks["running_start"] = time.time()
+                result["running"] = driver_updates(
+                    api, [*seq, *burst, *more][: args.running], args.running_s
+                )
+                marks["running_end"] = time.time()
+                metrics_running = scrape_metrics(metrics_port)
+                result["running"]["reconciles_per_s"] = {
+                    key.split('"')[1]: (metrics_running.get(key, 0.0) - metrics.get(key, 0.0))
+                    / (marks["running_end"] - marks["running_start"])
+                    for key in metrics_running
+                    if key.startswith("trainjob_reconciles_total{")
+                }
         finally:
             sampler.stop()
             for w in watches:
@@ -1049,6 +1107,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "bound_with_trainjobs_cpu": _cpu_shares(
                 samples, marks["bound_end"], marks["bound_with_trainjobs_end"]
             ),
+            "running_cpu": _cpu_shares(
+                samples, marks.get("running_start", 0.0), marks.get("running_end", 0.0)
+            ),
             "bound_of_the_writes_cpu": _cpu_shares(
                 samples, marks["bound_with_trainjobs_end"], marks["bound_of_the_writes_end"]
             ),
@@ -1097,11 +1158,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--bound-concurrency", type=int, default=8, help="threads of the bound's plain client"
     )
+    parser.add_argument(
+        "--running",
+        type=int,
+        default=100,
+        help="TrainJobs whose driver publishes progress in the last phase (100)",
+    )
+    parser.add_argument(
+        "--running-s", type=float, help="length of that phase (30 s; 10 quick; 0: none)"
+    )
     args = parser.parse_args(argv)
     args.sequential = args.sequential if args.sequential is not None else (5 if args.quick else 20)
     args.jobs = args.jobs if args.jobs is not None else (100 if args.quick else 200)
     args.total = args.total if args.total is not None else (250 if args.quick else 1000)
     args.settle_s = args.settle_s if args.settle_s is not None else (10.0 if args.quick else 30.0)
+    args.running_s = (
+        args.running_s if args.running_s is not None else (10.0 if args.quick else 30.0)
+    )
 
     common.setup_paths()
     result = run(args)
@@ -1111,7 +1184,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"{common.fmt(result['rss_peak_mib'], 1)} MiB); steady CPU {result['steady_cpu']}",
         flush=True,
     )
-    for key in ("burst_cpu", "bound_cpu", "bound_with_trainjobs_cpu", "bound_of_the_writes_cpu"):
+    running = result.get("running")
+    if running:
+        print(
+            f"[operator] {running['trainjobs']} drivers at work: {running['patches']} progress "
+            f"patches in {running['span_s']:.1f} s; reconciles/s {running['reconciles_per_s']}",
+            flush=True,
+        )
+    for key in (
+        "burst_cpu",
+        "bound_cpu",
+        "bound_with_trainjobs_cpu",
+        "bound_of_the_writes_cpu",
+        "running_cpu",
+    ):
         shares = ", ".join(f"{k} {common.fmt(v, 2)}" for k, v in result[key].items())
         print(f"[operator] cores used, {key[: -len('_cpu')]}: {shares}", flush=True)
     for what, row in result["write_costs"].items():

@@ -20,8 +20,9 @@ Cost control, so that hundreds of TrainJobs stay cheap: a trigger that finds
 a reconcile of the same TrainJob already waiting to start is dropped (the
 waiting one reads the state after it); and a timer tick reconciles only when
 the TrainJob changed since a reconcile last left it (its fingerprint, see
-:mod:`trainjob_operator.reconcile.fingerprint`: the driver's status updates,
-annotations; not the operator's own writes nor kopf's), when the last plan asked to be
+:mod:`trainjob_operator.reconcile.fingerprint`: the driver's validation demand,
+annotations; not the operator's own writes nor kopf's, nor the driver's progress and
+checkpoints, which no plan reads), when the last plan asked to be
 called back by now (a deadline, the TTL, a pool scale-down, a pod being
 replaced), or at least every ``resync_seconds`` as a safety net.
 

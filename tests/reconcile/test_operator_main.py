@@ -223,8 +223,9 @@ def test_the_timer_ignores_the_operators_own_writes_and_kopfs_bookkeeping(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A reconcile records the TrainJob as its writes left it; kopf's patch of its own
-    annotations afterwards (a new resourceVersion) is no change for the timer, while a
-    driver's status update, a user's annotation or a spec change is."""
+    annotations afterwards (a new resourceVersion) is no change for the timer, nor is the
+    driver's progress, while its validation demand, a user's annotation or a spec change
+    is."""
     left: dict[str, Any] = {
         "metadata": {"generation": 1, "resourceVersion": "7", "labels": {"team": "a"}},
         "status": {"phase": "Running", "progress": {"step": 1}},
@@ -256,8 +257,11 @@ def test_the_timer_ignores_the_operators_own_writes_and_kopfs_bookkeeping(
     op.on_timer("ns", "a", variant(annotations=kopf))
     op.on_timer("ns", "a", variant())
     assert runs == ["a"]
+    # The driver's progress is no plan's business (UNPLANNED_STATUS_KEYS).
+    op.on_timer("ns", "a", variant(status={"progress": {"step": 2}}))
+    assert runs == ["a"]
     for change in (
-        {"status": {"progress": {"step": 2}}},  # the driver's status update
+        {"status": {"validations": {"pending": 1}}},  # the driver's validation demand
         {"annotations": {**kopf, "example.com/owner": "b"}},
         {"annotations": {LAST_DEMAND_ANNOTATION: "2026-12-04T00:00:00Z"}},  # planning reads it
         {"labels": {"team": "b"}},
@@ -518,11 +522,15 @@ def test_fingerprint_after_writes_ignores_own_writes_but_not_changes_in_between(
     # Someone else's change landed between the read and the write: the next tick must see a
     # change, so the fingerprint stays the read's.
     for other in (
-        written(status={"progress": {"step": 2}}),  # the driver's status update
+        written(status={"validations": {"pending": 1}}),  # the driver's validation demand
         written(generation=2),  # a spec edit
         written(annotations={"team": "b", LAST_DEMAND_ANNOTATION: "t1"}),  # a user's edit
     ):
         assert after(other) == trainjob_fingerprint(read)
+    # The driver's progress and checkpoints are no plan's business (UNPLANNED_STATUS_KEYS):
+    # an update of them in between is no change, nor is one after the write.
+    progressed = written(status={"progress": {"step": 2}, "latestCheckpoint": {"path": "p"}})
+    assert after(progressed) == trainjob_fingerprint(own) == trainjob_fingerprint(progressed)
 
 
 def test_status_defaults_the_api_server_adds_are_not_someone_elses_change() -> None:
@@ -543,12 +551,12 @@ def test_status_defaults_the_api_server_adds_are_not_someone_elses_change() -> N
     assert fingerprint_after_writes(read, written, OPERATOR_STATUS_KEYS, [], defaults) == (
         trainjob_fingerprint(written)
     )
-    # Without the defaults it looked like someone else's change (what every new TrainJob's
-    # first tick reconciled for), and a real driver update still does.
+    # workerFailures is also a key no plan reads (UNPLANNED_STATUS_KEYS): no change either
+    # way. A driver update a plan reads still is one.
     assert fingerprint_after_writes(read, written, OPERATOR_STATUS_KEYS, []) == (
-        trainjob_fingerprint(read)
+        trainjob_fingerprint(written)
     )
-    driver = {**written, "status": {**written["status"], "workerFailures": 1}}
+    driver = {**written, "status": {**written["status"], "validations": {"pending": 1}}}
     assert fingerprint_after_writes(read, driver, OPERATOR_STATUS_KEYS, [], defaults) == (
         trainjob_fingerprint(read)
     )

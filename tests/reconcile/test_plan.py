@@ -674,3 +674,82 @@ def test_keep_driver_pod_policy(policy: str, phase: str, keep: bool) -> None:
 
 def test_keep_driver_pod_defaults_to_always() -> None:
     assert _job().spec.keep_driver_pod == "Always"
+
+
+# --------------------------------------------------------------------------- what plans read
+
+
+def _decisions(plan: Plan) -> tuple[Any, ...]:
+    """Everything a plan makes the operator do (its writes, Events and callbacks)."""
+    return (
+        plan.create,
+        plan.delete,
+        [(e.type, e.reason, e.message) for e in plan.events],
+        plan.annotations,
+        plan.delete_trainjob,
+        plan.requeue_after,
+        plan.status_patch(),
+    )
+
+
+def _observed(state: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A TrainJob's status and pods in ``state``."""
+    if state == "new":
+        return {}, []
+    if state == "starting":
+        return plan_reconcile(_job(), {}, [], _desired(), NOW, generation=1).status, _desired()
+    pods = _running()
+    status: dict[str, Any] = {"phase": "Running", "restarts": 0, "observedGeneration": 1}
+    if state == "worker lost":
+        pods[1]["status"]["phase"] = "Failed"
+    elif state == "driver failed":
+        pods[-1]["status"]["phase"] = "Failed"
+    elif state == "driver succeeded":
+        pods[-1]["status"]["phase"] = "Succeeded"
+    elif state == "validating":
+        status["validations"] = {"pending": 2, "running": 1, "done": 4, "failed": 0}
+        status["validationPool"] = {"replicas": 1}
+    return status, pods
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        "new",
+        "starting",
+        "running",
+        "worker lost",
+        "driver failed",
+        "driver succeeded",
+        "validating",
+    ],
+)
+def test_the_status_keys_no_plan_reads_change_no_plan(state: str) -> None:
+    # The timer leaves these keys out of what it compares (a running driver updates its
+    # progress every few seconds, and each change used to cost a reconcile): that is sound
+    # only while no plan reads them.
+    from trainjob_operator.reconcile.plan import UNPLANNED_STATUS_KEYS, plan_trainjob
+
+    status, pods = _observed(state)
+
+    def render(job: TrainJob, uid: str, attempt: int, validation: int) -> list[dict[str, Any]]:
+        return _desired(attempt, validation)
+
+    published = {
+        "progress": {"step": 1234, "metrics": {"loss": 0.25}, "updatedAt": "2026-12-01T11:59:58Z"},
+        "latestCheckpoint": {"path": "gs://b/run/checkpoint_000012", "step": 1200},
+        "bestCheckpoint": {"path": "gs://b/run/checkpoint_000010", "step": 1000, "score": 0.2},
+        "workerFailures": 3,
+    }
+    assert set(published) == set(UNPLANNED_STATUS_KEYS)
+    job = _validation_job()
+    plans = [
+        plan_trainjob(job, "uid", copy.deepcopy(s), {}, copy.deepcopy(pods), render, NOW, 1)
+        for s in (status, {**status, **published})
+    ]
+    assert _decisions(plans[0]) == _decisions(plans[1])
+    # The driver's validation demand, by contrast, is read: it sizes the pool.
+    if state == "running":
+        busy = {**status, "validations": {"pending": 3, "running": 0, "done": 0, "failed": 0}}
+        demanded = plan_trainjob(job, "uid", busy, {}, copy.deepcopy(pods), render, NOW, 1)
+        assert _decisions(demanded) != _decisions(plans[0])

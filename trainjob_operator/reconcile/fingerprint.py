@@ -5,9 +5,11 @@ A timer tick reconciles a TrainJob when it changed since the operator last looke
 and kopf's bookkeeping patch after each handler (its diff-base and progress annotations)
 included, so each new TrainJob's first tick reconciled again for nothing. The fingerprint
 covers what a reconcile reads of the TrainJob itself (its generation, labels, annotations
-and status: a driver's status update, an annotation someone set) and leaves out kopf's
-annotations (under :data:`KOPF_ANNOTATION_PREFIX`, except the operator's own
-:data:`~trainjob_operator.constants.LAST_DEMAND_ANNOTATION`, which planning reads).
+and status: the validation demand a driver publishes, an annotation someone set) and leaves
+out kopf's annotations (under :data:`KOPF_ANNOTATION_PREFIX`, except the operator's own
+:data:`~trainjob_operator.constants.LAST_DEMAND_ANNOTATION`, which planning reads) and the
+status keys no plan reads (:data:`~trainjob_operator.reconcile.plan.UNPLANNED_STATUS_KEYS`:
+the driver's progress and checkpoints, updated every few seconds while it trains).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from trainjob_operator.constants import GROUP, LAST_DEMAND_ANNOTATION
+from trainjob_operator.reconcile.plan import UNPLANNED_STATUS_KEYS
 
 __all__ = ["KOPF_ANNOTATION_PREFIX", "fingerprint_after_writes", "trainjob_fingerprint"]
 
@@ -45,7 +48,7 @@ def trainjob_fingerprint(
     status = {
         key: value
         for key, value in (body.get("status") or {}).items()
-        if key not in leave_out_status
+        if key not in leave_out_status and key not in UNPLANNED_STATUS_KEYS
     }
     content = [meta.get("generation"), meta.get("labels") or {}, annotations, status]
     text = json.dumps(content, sort_keys=True, separators=(",", ":"), default=str)
@@ -64,7 +67,7 @@ def fingerprint_after_writes(
 
     ``written``'s, when all it changed of ``read`` is the operator's own (its status keys,
     ``own_annotations``): its own writes are no reason for another reconcile. ``read``'s when
-    something else changed in between (the driver's status update, a user's edit landed after
+    something else changed in between (the driver's validation demand, a user's edit landed after
     the read and before the write, so this reconcile did not plan with it): the next tick then
     finds the TrainJob changed and reconciles, instead of waiting for the resync.
 

@@ -92,6 +92,13 @@ OPERATOR_STATUS_KEYS = (
     "message",
 )
 
+#: status keys the driver publishes for people and dashboards that no plan reads (the plan
+#: sizes the validation pool from the driver's ``validations``, which is not among them): a
+#: change of these alone is no reason to reconcile. A running driver updates ``progress``
+#: every few seconds; without this every running TrainJob was reconciled at every timer tick
+#: (issue 20). ``tests/reconcile`` checks that changing them changes no plan.
+UNPLANNED_STATUS_KEYS = ("progress", "latestCheckpoint", "bestCheckpoint", "workerFailures")
+
 #: The driver's exit status for invalid input (its own validation of the TrainJob failed):
 #: no restart can fix it, so the job fails at once (``trainjob_operator.launcher.driver``).
 INVALID_INPUT_EXIT_CODE = DRIVER_INVALID_INPUT_EXIT_CODE
