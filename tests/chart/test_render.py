@@ -42,6 +42,7 @@ CUSTOM: dict[str, Any] = {
             "nodeSelector": {"pool": "validation"},
             "tolerations": [{"key": "validation", "operator": "Exists"}],
         },
+        "driver": {"resources": {"cpu": "250m", "memory": "1Gi"}},
     },
 }
 
@@ -282,6 +283,8 @@ def test_defaults_configmap_is_passed_as_env() -> None:
         "TRAINJOB_DEFAULT_TPU_TOLERATIONS": "[]",
         "TRAINJOB_DEFAULT_VALIDATION_NODE_SELECTOR": "{}",
         "TRAINJOB_DEFAULT_VALIDATION_TOLERATIONS": "[]",
+        "TRAINJOB_DEFAULT_HEAD_RESOURCES": "{}",
+        "TRAINJOB_DEFAULT_DRIVER_RESOURCES": "{}",
         "TRAINJOB_ALLOWED_VOLUME_TYPES": json.dumps(
             [
                 *("configMap", "secret", "emptyDir", "persistentVolumeClaim"),
@@ -313,6 +316,7 @@ def test_the_operator_applies_the_charts_pod_defaults() -> None:
     from tests.render.helpers import UID, make_job, tpu_job
     from trainjob_operator.render import (
         RenderOptions,
+        render_driver_pod,
         render_options_from_env,
         render_validation_pods,
         render_worker_pods,
@@ -326,6 +330,9 @@ def test_the_operator_applies_the_charts_pod_defaults() -> None:
     [pod] = render_validation_pods(job, uid=UID, validation_replicas=1, options=options)
     assert pod["spec"]["nodeSelector"]["pool"] == "validation"
     assert {"key": "validation", "operator": "Exists"} in pod["spec"]["tolerations"]
+    [driver] = render_driver_pod(make_job(), uid=UID, options=options)["spec"]["containers"]
+    assert driver["resources"]["requests"] == {"cpu": "250m", "memory": "1Gi"}
+    assert options.head_resources == RenderOptions().head_resources  # {}: the built-in one
 
 
 def test_notes() -> None:

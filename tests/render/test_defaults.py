@@ -162,6 +162,33 @@ def test_options_from_the_chart_env() -> None:
     assert render_options_from_env({"TRAINJOB_DEFAULT_TPU_TOLERATIONS": " "}) == RenderOptions()
 
 
+def test_head_and_driver_resources_from_the_chart_env() -> None:
+    options = render_options_from_env(
+        {
+            "TRAINJOB_DEFAULT_DRIVER_RESOURCES": json.dumps({"cpu": "100m", "memory": "512Mi"}),
+            "TRAINJOB_DEFAULT_HEAD_RESOURCES": "{}",  # the chart's default: the built-in one
+        }
+    )
+    assert options.driver_resources == {"cpu": "100m", "memory": "512Mi"}
+    assert options.head_resources == RenderOptions().head_resources == {"cpu": "1", "memory": "2Gi"}
+
+
+@pytest.mark.parametrize(
+    ("value", "match"),
+    [
+        ("{cpu: 1}", r"not valid JSON .*JSON object such as"),
+        ("[1]", r"expected a JSON object, got '\[1\]'"),
+        (json.dumps({"cpu": "lots"}), r"cpu: 'lots' is not a Kubernetes resource quantity"),
+        (json.dumps({"Bad Name": 1}), r"'Bad Name' is not a valid resource name"),
+    ],
+)
+def test_bad_driver_resources_name_the_variable_and_the_chart_value(value: str, match: str) -> None:
+    with pytest.raises(ValueError, match=match) as info:
+        render_options_from_env({"TRAINJOB_DEFAULT_DRIVER_RESOURCES": value})
+    assert str(info.value).startswith("TRAINJOB_DEFAULT_DRIVER_RESOURCES: ")
+    assert str(info.value).endswith("(chart value defaults.driver.resources)")
+
+
 @pytest.mark.parametrize(
     ("var", "value", "match"),
     [

@@ -10,6 +10,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
+from trainjob_operator.api.fields import ResourceMap
 from trainjob_operator.api.tpu import GKE_TPU_ACCELERATOR_LABEL, GKE_TPU_TOPOLOGY_LABEL
 
 __all__ = [
@@ -19,6 +22,7 @@ __all__ = [
     "GKE_SPOT_LABEL",
     "MAX_PODS_PER_JOB_ENV",
     "READ_ONLY_ROOT_FILESYSTEM_ENV",
+    "RESOURCES_ENV",
     "RenderOptions",
     "check_node_selector",
     "check_tolerations",
@@ -196,6 +200,43 @@ DEFAULTS_ENV: dict[str, tuple[str, str]] = {
 }
 """Env var (JSON, set by the Helm chart) -> (:class:`RenderOptions` field, chart value)."""
 
+RESOURCES_ENV: dict[str, tuple[str, str]] = {
+    "TRAINJOB_DEFAULT_HEAD_RESOURCES": ("head_resources", "defaults.head.resources"),
+    "TRAINJOB_DEFAULT_DRIVER_RESOURCES": ("driver_resources", "defaults.driver.resources"),
+}
+"""Env var (a JSON object of resource quantities, set by the Helm chart) -> (:class:`RenderOptions`
+field, chart value). Unset, empty or ``{}`` keeps the built-in default (1 CPU, 2Gi)."""
+
+_RESOURCE_MAP = TypeAdapter(ResourceMap)
+
+
+def _resources_from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for var, (attr, chart_value) in RESOURCES_ENV.items():
+        text = env.get(var, "").strip()
+        if not text:
+            continue
+        hint = (
+            'set it to a JSON object such as {"cpu": "1", "memory": "2Gi"} '
+            f"(chart value {chart_value})"
+        )
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"{var}: not valid JSON ({exc}); {hint}") from None
+        if not value:
+            continue
+        if not isinstance(value, dict):
+            raise ValueError(f"{var}: expected a JSON object, got {text!r}; {hint}")
+        try:
+            values[attr] = dict(_RESOURCE_MAP.validate_python(value))
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+            )
+            raise ValueError(f"{var}: {problems}; {hint}") from None
+    return values
+
 
 def _pod_security_from_env(env: Mapping[str, str]) -> dict[str, Any]:
     values: dict[str, Any] = {}
@@ -232,7 +273,8 @@ def _pod_security_from_env(env: Mapping[str, str]) -> dict[str, Any]:
 
 
 def render_options_from_env(environ: Mapping[str, str] | None = None) -> RenderOptions:
-    """:class:`RenderOptions` with the operator-wide pod defaults of :data:`DEFAULTS_ENV`.
+    """:class:`RenderOptions` with the operator-wide pod defaults of :data:`DEFAULTS_ENV` and
+    :data:`RESOURCES_ENV`.
 
     The Helm chart renders ``defaults.tpu`` and ``defaults.validationPool`` into these env vars
     as JSON (an object for node selectors, a list for tolerations). Unset or empty variables
@@ -246,7 +288,7 @@ def render_options_from_env(environ: Mapping[str, str] | None = None) -> RenderO
             valid JSON, has the wrong shape, or sets a label the operator owns.
     """
     env = os.environ if environ is None else environ
-    values: dict[str, Any] = _pod_security_from_env(env)
+    values: dict[str, Any] = {**_pod_security_from_env(env), **_resources_from_env(env)}
     for var, (attr, chart_value) in DEFAULTS_ENV.items():
         text = env.get(var, "").strip()
         if not text:
