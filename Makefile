@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: demo test install install-test test-tools lint typecheck pytest clean
+.PHONY: demo test install install-test test-tools lint typecheck pytest docs clean
 
 $(VENV)/.installed-demo: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,7 @@ $(VENV)/.installed-demo: pyproject.toml
 $(VENV)/.installed-test: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[runtime,torch,jax,gcs,test,bench]'
+	$(PIP) install -q -e '.[runtime,torch,jax,gcs,test,bench,docs]'
 	touch $@ $(VENV)/.installed-demo
 
 install: $(VENV)/.installed-demo
@@ -49,6 +49,10 @@ pytest: install-test test-tools
 	$(PY) -m pytest
 
 test: lint typecheck pytest
+
+# The docs site into site/, warnings as errors (broken links and anchors fail).
+docs: install-test
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

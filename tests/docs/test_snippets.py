@@ -1,0 +1,205 @@
+"""The code blocks of the docs run, or come from files that are checked here.
+
+Guides include their code from ``docs/snippets/`` (``--8<-- "file"``). This module runs the
+Python snippets in local mode (``num_workers=0``: no Ray), validates the manifests, compares the
+captured ``trainjob validate`` and admission outputs with what the code prints now, and checks
+every other fenced block of the hand-written pages: a ``bash`` block's ``trainjob`` commands
+must parse, its ``helm --set`` keys must exist in the chart and the repository files it names
+must exist; a ``text`` or ``python`` block must be an include."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+
+from tests.docs._gen import DOCS, REPO
+
+SNIPPETS = DOCS / "snippets"
+#: pages generated from the code (tests/docs/test_reference.py, benchmarks/run_all.py)
+GENERATED = {
+    "benchmarks.md",
+    "concepts/state-machine.md",
+    "reference/cli.md",
+    "reference/conditions-events.md",
+    "reference/helm-values.md",
+    "reference/metrics.md",
+    "reference/trainjob-api.md",
+}
+FENCE = re.compile(r"^```[ ]?(\{[^}]*\}|[a-z]*)\s*$")
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"snippet_{name}", SNIPPETS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# --------------------------------------------------------------------------- Python snippets
+
+
+def test_torch_trainer_snippet_trains_and_keeps_the_best(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    result = _load("torch_trainer").main(num_workers=0, storage_path=str(tmp_path))
+    assert result.error is None
+    assert result.metrics is not None and result.metrics["step"] == 19
+    assert "val_loss" in result.metrics  # the validation ran and merged its metrics
+    assert len(result.best_checkpoints) == 2  # CheckpointConfig(num_to_keep=2)
+
+
+def test_preemption_snippet_runs_and_resumes(tmp_path: Path) -> None:
+    from trainer_runtime import DataParallelTrainer, RunConfig, ScalingConfig
+
+    train_func = _load("preemption").train_func
+
+    def fit(steps: int) -> object:
+        return DataParallelTrainer(
+            train_func,
+            train_loop_config={"steps": steps},
+            scaling_config=ScalingConfig(num_workers=0),
+            run_config=RunConfig(name="preempt", storage_path=str(tmp_path)),
+        ).fit()
+
+    first = fit(3)
+    assert first.metrics is None  # no notice: nothing was checkpointed, every step reported
+    assert fit(4).error is None
+
+
+def test_validate_shards_snippet_compiles() -> None:
+    """It needs a Ray cluster (its shards are Ray tasks): compiled, and its imports exist."""
+    source = (SNIPPETS / "validate_shards.py").read_text(encoding="utf-8")
+    compile(source, "validate_shards.py", "exec")
+    assert importlib.util.find_spec("ray.util.scheduling_strategies") is not None
+
+
+# --------------------------------------------------------------------------- manifests, outputs
+
+
+def test_snippet_manifests() -> None:
+    from trainjob_operator.api import load_trainjobs
+
+    [job] = load_trainjobs(SNIPPETS / "failure-rules.yaml")
+    assert job.spec.failure.max_restarts == 3
+    assert [rule.action for rule in job.spec.failure.rules] == ["FailJob", "Count"]
+
+
+def test_validate_outputs_are_what_trainjob_validate_prints(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trainjob_operator.cli import main
+
+    monkeypatch.chdir(REPO)
+    examples = sorted(str(p.relative_to(REPO)) for p in (REPO / "examples").glob("*.yaml"))
+    assert main(["validate", *examples]) == 0
+    assert capsys.readouterr().out == (SNIPPETS / "validate-examples.txt").read_text()
+    monkeypatch.chdir(SNIPPETS)
+    assert main(["validate", "bad-trainjob.yaml"]) == 2
+    assert capsys.readouterr().out == (SNIPPETS / "validate-bad.txt").read_text()
+
+
+def test_admission_output_is_what_the_webhook_says() -> None:
+    from trainjob_operator.admission import review
+
+    body = yaml.safe_load((SNIPPETS / "bad-topology.yaml").read_text())
+    request = {"request": {"uid": "1", "operation": "CREATE", "object": body}}
+    message = review(request)["response"]["status"]["message"]
+    shown = (SNIPPETS / "admission-denied.txt").read_text().rstrip("\n")
+    assert shown.endswith(f"denied the request: {message}")
+
+
+def test_make_demo_capture_is_the_readmes() -> None:
+    capture = (SNIPPETS / "make-demo.txt").read_text()
+    assert capture in (REPO / "README.md").read_text(encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- every other block
+
+
+def _blocks() -> Iterator[tuple[str, int, str, list[str]]]:
+    """(page, line, language, lines) of every fenced block of the hand-written pages."""
+    for path in [REPO / "README.md", *sorted(DOCS.rglob("*.md"))]:
+        page = str(path.relative_to(DOCS)) if path.is_relative_to(DOCS) else "../README.md"
+        if page in GENERATED or page.startswith("snippets/"):
+            continue
+        lines = path.read_text(encoding="utf-8").splitlines()
+        index = 0
+        while index < len(lines):
+            match = FENCE.match(lines[index].strip())
+            if match and match.group(1):
+                start, language = index, match.group(1).strip("{} .")
+                index += 1
+                body = []
+                while lines[index].strip() != "```":
+                    body.append(lines[index])
+                    index += 1
+                yield page, start + 1, language, body
+            index += 1
+
+
+def _included(body: list[str]) -> bool:
+    return len(body) == 1 and body[0].strip().startswith('--8<-- "')
+
+
+def _values_keys() -> set[str]:
+    values = yaml.safe_load((REPO / "charts/trainjob-operator/values.yaml").read_text())
+
+    def walk(node: object, prefix: str) -> Iterator[str]:
+        yield prefix.rstrip(".")
+        if isinstance(node, dict):
+            for key, value in node.items():
+                yield from walk(value, f"{prefix}{key}.")
+
+    return set(walk(values, ""))
+
+
+def _commands(body: list[str]) -> Iterator[list[str]]:
+    text = "\n".join(line for line in body if not line.lstrip().startswith("#"))
+    for command in text.replace("\\\n", " ").splitlines():
+        command = re.sub(r"\[[^]]*\]", "", command.split(" # ")[0])  # usage: [--flag VALUE]
+        for part in re.split(r"&&|;|\|", command.split(">")[0]):
+            if part.strip():
+                yield shlex.split(part, comments=True)
+
+
+def test_every_code_block_is_included_or_checked() -> None:
+    from trainjob_operator.cli import build_parser
+
+    parser = build_parser()
+    values = _values_keys()
+    blocks = list(_blocks())
+    assert len(blocks) > 10
+    for page, line, language, body in blocks:
+        where = f"docs/{page}:{line}"
+        if _included(body):
+            target = body[0].strip().removeprefix('--8<-- "').split('"')[0].split(":")[0]
+            assert (SNIPPETS / target).is_file() or (REPO / target).is_file(), where
+            continue
+        if language == "mermaid":  # a diagram
+            continue
+        if page == "../README.md" and language == "text":  # the capture of `make demo`
+            assert "\n".join(body) + "\n" == (SNIPPETS / "make-demo.txt").read_text(), where
+            continue
+        assert language == "bash", f"{where}: a {language} block must be included from a file"
+        for argv in _commands(body):
+            if argv[0] == "trainjob":
+                try:
+                    parser.parse_args(argv[1:])
+                except SystemExit:
+                    pytest.fail(f"{where}: {shlex.join(argv)}: not a valid trainjob command")
+            if argv[:2] in (["helm", "install"], ["helm", "upgrade"]):
+                for index, arg in enumerate(argv):
+                    if arg == "--set":
+                        key = argv[index + 1].split("=", 1)[0]
+                        assert key in values, f"{where}: helm --set {key}: not in values.yaml"
+            if argv[:2] == ["kubectl", "apply"] and "-f" in argv:
+                path = argv[argv.index("-f") + 1]
+                if path.split("/")[0] in ("examples", "crds", "charts"):
+                    assert (REPO / path).exists(), f"{where}: {path} does not exist"
