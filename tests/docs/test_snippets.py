@@ -203,3 +203,13 @@ def test_every_code_block_is_included_or_checked() -> None:
                 path = argv[argv.index("-f") + 1]
                 if path.split("/")[0] in ("examples", "crds", "charts"):
                     assert (REPO / path).exists(), f"{where}: {path} does not exist"
+
+
+def test_readme_links_into_the_docs_exist() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\((docs/[^)#]+)", readme)
+    assert len(links) > 10
+    for link in links:
+        assert (REPO / link).is_file(), f"README.md links to {link}, which does not exist"
+    assert readme.count("<!-- ci-figures:start -->") == 1
+    assert readme.count("<!-- ci-figures:end -->") == 1
