@@ -970,8 +970,9 @@ def check_slice_recovery_if_needed(r: Reconcile) -> None:
     a slice fails, is disrupted, is deleted or (once the job ran) disappeared, every host
     pod of that slice is deleted and recreated under the same names (same stable hostnames
     and ``TPU_WORKER_ID``). The runtime restarts the whole worker group (every slice) from the
-    latest committed checkpoint; the other slices' pods are kept (see the README). Recorded
-    in ``status.restartHistory`` (scope Slice) with an Event ``SliceRecovered``."""
+    latest committed checkpoint; the other slices' pods are kept (docs/guides/failures.md,
+    "Multislice"). Recorded in ``status.restartHistory`` (scope Slice) with an Event
+    ``SliceRecovered``."""
     if not _multi_host_slices(r.job):
         return
     desired_hosts: dict[int, list[str]] = {}
