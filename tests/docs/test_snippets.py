@@ -35,6 +35,20 @@ GENERATED = {
 FENCE = re.compile(r"^```[ ]?(\{[^}]*\}|[a-z]*)\s*$")
 
 
+@pytest.fixture(autouse=True)
+def _keep_sigterm() -> Iterator[None]:
+    """A local-mode ``fit()`` turns this process's first SIGTERM into a preemption notice; put
+    the handler back so that the rest of the session stops on SIGTERM as before."""
+    import signal
+
+    from trainer_runtime import preemption
+
+    handler = signal.getsignal(signal.SIGTERM)
+    yield
+    signal.signal(signal.SIGTERM, handler)
+    preemption.clear()
+
+
 def _load(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(f"snippet_{name}", SNIPPETS / f"{name}.py")
     assert spec is not None and spec.loader is not None
