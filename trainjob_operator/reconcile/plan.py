@@ -73,6 +73,7 @@ from trainjob_operator.constants import (
     format_time,
     parse_time,
 )
+from trainjob_operator.reconcile.transitions import check_transition
 
 #: status keys the operator owns (and writes); the driver owns the others (progress,
 #: checkpoints, validations, workerFailures).
@@ -214,6 +215,7 @@ class Plan:
         down (keeping the driver per ``spec.keepDriverPod``).
         """
         status = self.new_status
+        check_transition(status.phase, Phase.FAILED)
         if status.phase != Phase.FAILED:
             self.events.append(Event(EventType.WARNING, reason, message))
         status.phase = Phase.FAILED
@@ -645,7 +647,12 @@ class Reconcile:
 
         A new TrainJob's first phase goes into its Created Event ("TrainJob accepted;
         Starting: waiting for pods: ...") rather than an Event of its own: each Event is a
-        write to the API server, and a burst of new TrainJobs pays it for every one."""
+        write to the API server, and a burst of new TrainJobs pays it for every one.
+
+        Raises:
+            UndeclaredTransition: the move is not in :data:`PHASE_TRANSITIONS`.
+        """
+        check_transition(self.status.phase, to)
         if self.status.phase != to:
             events = self.plan.events
             if events and events[-1].reason == Reason.CREATED and event_type == EventType.NORMAL:
@@ -1294,6 +1301,7 @@ def plan_invalid_spec(
         new = TrainJobStatus()
     plan = Plan(new_status=new, observed_status=_operator_keys(raw))
     if new.phase != Phase.FAILED:
+        check_transition(new.phase, Phase.FAILED)
         message = message[:INVALID_SPEC_MESSAGE_LIMIT]
         new.phase = Phase.FAILED
         new.message = message
