@@ -717,7 +717,7 @@ def _operator_writes(
     import datetime as dt
 
     from trainjob_operator.api import parse_trainjob
-    from trainjob_operator.reconcile.plan import plan_trainjob
+    from trainjob_operator.reconcile.state_machine import plan_trainjob
     from trainjob_operator.render import render_for_reconcile
 
     trainjob, children = _bound_children(name, template, namespace)

@@ -15,8 +15,10 @@ Each page comes from one source of truth:
 - ``metrics.md``: the Prometheus metrics the operator registers.
 - ``conditions-events.md``: ``Phase``, ``ConditionType`` and ``Reason`` (with the comments of
   their source), and where the planner sets each reason (read from the source with ``ast``).
-- ``state-machine.md`` (under ``concepts/``): the phase transitions the planner's steps make,
-  read from ``trainjob_operator/reconcile/plan.py`` with ``ast``.
+- ``state-machine.md`` (under ``concepts/``): the transition table
+  (``trainjob_operator/reconcile/transitions.py``: ``PHASE_TRANSITIONS``) as a diagram, the
+  handlers and step sequences of ``trainjob_operator/reconcile/state_machine.py``, and the
+  phase changes its steps make (read from its source with ``ast``).
 
 ``tests/docs/test_reference.py`` regenerates every page into a temporary folder and fails when
 a committed page differs.
@@ -29,7 +31,6 @@ import ast
 import copy
 import difflib
 import inspect
-import itertools
 import json
 import re
 import sys
@@ -575,15 +576,17 @@ def _reason_uses(path: Path) -> dict[str, set[tuple[str, str]]]:
 def conditions_page() -> str:
     from trainjob_operator.api.status import ConditionType, Phase, Reason
 
-    plan = REPO / "trainjob_operator" / "reconcile" / "plan.py"
     tracker = REPO / "trainjob_operator" / "launcher" / "status.py"
-    operator_uses = _reason_uses(plan)
+    operator_uses: dict[str, set[tuple[str, str]]] = {}
+    for module in sorted((REPO / "trainjob_operator" / "reconcile").glob("*.py")):
+        for reason, uses in _reason_uses(module).items():
+            operator_uses.setdefault(reason, set()).update(uses)
     driver_uses = _reason_uses(tracker) if tracker.is_file() else {}
     comments = _enum_comments(Reason)
     lines = [
         HEADER.format(
             source="`Phase`, `ConditionType` and `Reason` (`trainjob_operator/api/status.py`) and "
-            "their uses in `trainjob_operator/reconcile/plan.py` and "
+            "their uses in `trainjob_operator/reconcile/` and "
             "`trainjob_operator/launcher/status.py`"
         ),
         "# Phases, conditions and Events\n",
@@ -659,49 +662,51 @@ def _phase_moves(path: Path) -> list[tuple[str, str, str]]:
     return moves
 
 
-def _diagram_edges(diagram: str) -> list[tuple[str, str]]:
-    """The edges of the docstring's ``A, B -> C -> D | E`` lines, in order, without repeats."""
-    edges: list[tuple[str, str]] = [("[*]", "Pending")]
-    for line in diagram.splitlines():
-        line = re.sub(r"\(.*?\)", "", line)
-        steps = [re.split(r"[,|]", part) for part in line.split("->")]
-        for before, after in itertools.pairwise(steps):
-            for a in before:
-                for b in after:
-                    edge = (a.strip(), b.strip())
-                    if all(edge) and edge not in edges:
-                        edges.append(edge)
-    edges += [("Succeeded", "[*]"), ("Failed", "[*]")]
+def _transition_edges() -> list[tuple[str, str, str]]:
+    """(from, to, cause) of every edge of ``PHASE_TRANSITIONS``, with the start and the ends."""
+    from trainjob_operator.api.status import Phase
+    from trainjob_operator.reconcile.transitions import PHASE_TRANSITIONS
+
+    edges = [("[*]", Phase.PENDING.value, "a new TrainJob")]
+    for before, moves in PHASE_TRANSITIONS.items():
+        edges += [(before.value, to.value, why) for to, why in moves.items()]
+    edges += [(p.value, "[*]", "") for p in Phase if p.finished]
     return edges
 
 
 def state_machine_page() -> str:
     from trainjob_operator.api.status import Reason
-    from trainjob_operator.reconcile import plan
+    from trainjob_operator.reconcile import state_machine
 
-    path = REPO / "trainjob_operator" / "reconcile" / "plan.py"
-    doc = plan.__doc__ or ""
-    diagram = doc.split("::", 1)[1].split("\n\n")[1] if "::" in doc else ""
-    handlers = plan.PHASE_HANDLERS
+    path = REPO / "trainjob_operator" / "reconcile" / "state_machine.py"
+    handlers = state_machine.PHASE_HANDLERS
+    edges = _transition_edges()
     lines = [
         HEADER.format(
-            source="`trainjob_operator/reconcile/plan.py` (its docstring, "
-            "`PHASE_HANDLERS` and the steps' calls)"
+            source="`trainjob_operator/reconcile/transitions.py` (`PHASE_TRANSITIONS`) and "
+            "`trainjob_operator/reconcile/state_machine.py` (`PHASE_HANDLERS`, the step "
+            "sequences and the steps' calls)"
         ),
         "# The reconcile state machine\n",
         "Each reconcile reads the TrainJob and its children and calls one pure function, "
-        "`plan_trainjob`, which dispatches on `status.phase` to one handler per phase "
-        "(`PHASE_HANDLERS`); each handler is a sequence of small `check_..._if_needed` steps. "
-        "The operator executes the plan (creates, deletes, one status write, Events). Nothing "
-        "is remembered between reconciles: a restarted operator makes the same decisions "
-        "(level-based). See [Architecture](architecture.md).\n",
+        "`plan_trainjob`, which sizes the validation pool, renders the children and "
+        "dispatches on `status.phase` to one handler per phase (`PHASE_HANDLERS`); each "
+        "handler runs a sequence of small `check_..._if_needed` steps, every one returning "
+        "whether it ended the reconcile. The operator executes the plan (creates, deletes, one "
+        "status write, Events). Nothing is remembered between reconciles: a restarted "
+        "operator makes the same decisions (level-based). See "
+        "[Architecture](architecture.md).\n",
         "## Transitions\n",
-        "```text",
-        inspect.cleandoc(diagram),
-        "```\n",
+        "The phase moves only along the edges of `PHASE_TRANSITIONS`; `set_phase` (and every "
+        "other phase change) refuses any other move (`UndeclaredTransition`), and staying in "
+        "a phase is no move.\n",
+        "| from | to | when |",
+        "| --- | --- | --- |",
+        *[f"| {a} | {b} | {_cell(why)} |" for a, b, why in edges if a != "[*]" and b != "[*]"],
+        "",
         "```mermaid",
         "stateDiagram-v2",
-        *[f"    {a} --> {b}" for a, b in _diagram_edges(diagram)],
+        *[f"    {a} --> {b}" for a, b, _ in edges],
         "```\n",
         "## Handlers\n",
         "| phase | handler | what it does |",
@@ -710,6 +715,16 @@ def state_machine_page() -> str:
     for phase, handler in handlers.items():
         summary = _md(handler.__doc__ or "")
         lines.append(f"| `{phase.value}` | `{handler.__name__}` | {_cell(summary)} |")
+    lines += [
+        "",
+        "## Step sequences\n",
+        "Each handler runs its steps in order until one returns True (the reconcile ends "
+        "there: a failure, a restart, suspending). Every reconcile starts with "
+        "`check_created_if_needed` and ends with `check_validation_pool_step`.\n",
+    ]
+    for name in ("CLUSTER_STEPS", "RUNNING_STEPS", "SUSPENDED_STEPS", "FINISHED_STEPS"):
+        steps = getattr(state_machine, name)
+        lines.append(f"- `{name}`: " + ", ".join(f"`{step.__name__}`" for step in steps))
     lines += [
         "",
         "## Phase changes by step\n",
@@ -728,8 +743,8 @@ def state_machine_page() -> str:
         shown = _code(value) if value else "(given by the caller)"
         lines.append(f"| `{func}` | {target} | {shown} |")
     lines += ["", "## The steps\n"]
-    for name, func in inspect.getmembers(plan, inspect.isfunction):
-        if name.startswith("check_") and func.__module__ == plan.__name__:
+    for name, func in inspect.getmembers(state_machine, inspect.isfunction):
+        if name.startswith("check_") and func.__module__ == state_machine.__name__:
             lines.append(f"- `{name}`: {_md(func.__doc__ or '')}")
     return "\n".join(lines) + "\n"
 

@@ -15,12 +15,9 @@ from trainjob_operator.api import FieldError, ManifestError, RestartBackoff, par
 from trainjob_operator.api.spec import DEFAULT_FAILURE_RULES, FailureRuleAction
 from trainjob_operator.api.status import RESTART_HISTORY_LIMIT
 from trainjob_operator.constants import DRIVER_PREEMPTED_EXIT_CODE
-from trainjob_operator.reconcile.plan import (
-    INVALID_INPUT_EXIT_CODE,
-    decide_pod_failure,
-    plan_reconcile,
-    pod_disrupted,
-)
+from trainjob_operator.reconcile.failure_rules import INVALID_INPUT_EXIT_CODE, decide_pod_failure
+from trainjob_operator.reconcile.pods import pod_disrupted
+from trainjob_operator.reconcile.state_machine import plan_reconcile
 
 
 def _terminated(pod: dict[str, Any], code: int, container: str = "driver") -> dict[str, Any]:

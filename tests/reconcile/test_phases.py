@@ -17,12 +17,12 @@ from trainjob_operator.api import (
     TrainJob,
     TrainJobStatus,
 )
+from trainjob_operator.constants import LAST_DEMAND_ANNOTATION
 from trainjob_operator.kube import ApiError
 from trainjob_operator.reconcile.apply import execute_plan, reconcile_trainjob
-from trainjob_operator.reconcile.plan import (
-    LAST_DEMAND_ANNOTATION,
+from trainjob_operator.reconcile.plan import Plan
+from trainjob_operator.reconcile.state_machine import (
     PHASE_HANDLERS,
-    Plan,
     Reconcile,
     check_deadlines_if_needed,
     check_lost_pods_if_needed,
@@ -30,12 +30,14 @@ from trainjob_operator.reconcile.plan import (
     check_stale_pods_if_needed,
     check_suspend_if_needed,
     check_ttl_if_needed,
-    check_validation_pool_if_needed,
     plan_invalid_spec,
     plan_reconcile,
     plan_trainjob,
-    plan_validation_pool,
     update_cluster_status,
+)
+from trainjob_operator.reconcile.validation_pool import (
+    check_validation_pool_if_needed,
+    plan_validation_pool,
 )
 
 

@@ -9,13 +9,12 @@ from typing import Any
 import pytest
 
 from trainjob_operator.api import TrainJob, TrainJobStatus, parse_trainjob
-from trainjob_operator.reconcile.plan import (
-    LAST_DEMAND_ANNOTATION,
-    TERMINATION_MESSAGE_LIMIT,
-    Plan,
-    container_termination,
-    keep_driver_pod,
-    plan_reconcile,
+from trainjob_operator.constants import LAST_DEMAND_ANNOTATION
+from trainjob_operator.reconcile.failure_rules import keep_driver_pod
+from trainjob_operator.reconcile.plan import Plan
+from trainjob_operator.reconcile.pods import TERMINATION_MESSAGE_LIMIT, container_termination
+from trainjob_operator.reconcile.state_machine import plan_reconcile
+from trainjob_operator.reconcile.validation_pool import (
     validation_replicas,
     validation_scale_down_in,
 )
@@ -728,7 +727,8 @@ def test_the_status_keys_no_plan_reads_change_no_plan(state: str) -> None:
     # The timer leaves these keys out of what it compares (a running driver updates its
     # progress every few seconds, and each change used to cost a reconcile): that is sound
     # only while no plan reads them.
-    from trainjob_operator.reconcile.plan import UNPLANNED_STATUS_KEYS, plan_trainjob
+    from trainjob_operator.reconcile.plan import UNPLANNED_STATUS_KEYS
+    from trainjob_operator.reconcile.state_machine import plan_trainjob
 
     status, pods = _observed(state)
 

@@ -12,7 +12,8 @@ import pytest
 from tests.reconcile.test_plan import NOW, _desired, _job, _pod, _running
 from trainjob_operator.api import Phase, Reason, TrainJobStatus
 from trainjob_operator.reconcile import transitions
-from trainjob_operator.reconcile.plan import Plan, Reconcile, plan_invalid_spec, plan_reconcile
+from trainjob_operator.reconcile.plan import Plan
+from trainjob_operator.reconcile.state_machine import Reconcile, plan_invalid_spec, plan_reconcile
 from trainjob_operator.reconcile.transitions import (
     PHASE_TRANSITIONS,
     UndeclaredTransition,
@@ -92,8 +93,10 @@ def test_the_planners_moves_are_the_declared_ones(monkeypatch: pytest.MonkeyPatc
             taken.add((before, to))
 
     import trainjob_operator.reconcile.plan as plan_module
+    import trainjob_operator.reconcile.state_machine as state_machine
 
-    monkeypatch.setattr(plan_module, "check_transition", record)
+    for module in (plan_module, state_machine):
+        monkeypatch.setattr(module, "check_transition", record)
     scenarios = _scenarios()
     for phase, observed, suspend, budget in itertools.product(
         Phase, scenarios.values(), (False, True), (0, 3)

@@ -11,7 +11,7 @@ from tests.render.helpers import UID, make_job
 from trainjob_operator.api import ConditionType, parse_trainjob
 from trainjob_operator.api.crd import render_crd
 from trainjob_operator.api.errors import ManifestError
-from trainjob_operator.reconcile.plan import plan_trainjob
+from trainjob_operator.reconcile.state_machine import plan_trainjob
 from trainjob_operator.render import RenderOptions, render_children, renderer_for
 from trainjob_operator.render.options import render_options_from_env
 

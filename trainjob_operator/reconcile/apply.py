@@ -2,8 +2,8 @@
 
 :func:`reconcile_trainjob` is what every operator trigger calls (create, update, resume,
 timer, child pod events): it reads the TrainJob and its children, asks the planner
-(:func:`~trainjob_operator.reconcile.plan.plan_trainjob`, or
-:func:`~trainjob_operator.reconcile.plan.plan_invalid_spec` for a spec that does not parse)
+(:func:`~trainjob_operator.reconcile.state_machine.plan_trainjob`, or
+:func:`~trainjob_operator.reconcile.state_machine.plan_invalid_spec` for a spec that does not parse)
 for a :class:`~trainjob_operator.reconcile.plan.Plan`, and :func:`execute_plan` carries it
 out: deletes, creates, then one status write (only when the operator's keys changed), the
 annotation patch, and the Events. Nothing here decides anything; the one outcome that changes
@@ -32,9 +32,8 @@ from trainjob_operator.reconcile.plan import (
     Plan,
     Renderer,
     invalid_child_message,
-    plan_invalid_spec,
-    plan_trainjob,
 )
+from trainjob_operator.reconcile.state_machine import plan_invalid_spec, plan_trainjob
 
 logger = logging.getLogger(__name__)
 
