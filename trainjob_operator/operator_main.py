@@ -26,6 +26,11 @@ checkpoints, which no plan reads), when the last plan asked to be
 called back by now (a deadline, the TTL, a pool scale-down, a pod being
 replaced), or at least every ``resync_seconds`` as a safety net.
 
+What the process keeps about a TrainJob between triggers (a reconcile waiting, the watch body
+it may plan from, the timer's due time and fingerprint, the generation its last reconcile
+read, the phase of its last plan) is one :class:`JobState` per TrainJob, dropped when it holds
+nothing.
+
 Metrics: reconciles, skipped triggers, errors, durations, and ``trainjob_jobs{phase}``: the
 TrainJobs by the phase of their last plan, one series per :class:`~trainjob_operator.api.Phase`.
 
@@ -48,6 +53,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
@@ -146,6 +152,42 @@ class KeyedLocks:
 
 
 JobKey = tuple[str, str]
+
+
+@dataclass
+class JobState:
+    """What this process keeps about one TrainJob between triggers (one object per TrainJob,
+    guarded by :attr:`Operator._lock`); dropped when it holds nothing (:attr:`empty`)."""
+
+    #: a reconcile of it waits to start (for a thread of the pool or for the TrainJob's lock):
+    #: another trigger meanwhile is coalesced into it
+    waiting: bool = False
+    #: the newest watch body the waiting reconcile may plan from (see
+    #: :meth:`Operator.reconcile`'s ``body``)
+    body: dict[str, Any] | None = None
+    #: monotonic time its next timer reconcile is due (0: at once)
+    timer_due: float = 0.0
+    #: fingerprint of the TrainJob as the last reconcile left it (None: not known)
+    timer_seen: str | None = None
+    #: whether a reconcile of this process succeeded since the last failure (see
+    #: :meth:`Operator.event_trigger`), and the ``metadata.generation`` it read
+    reconciled: bool = False
+    generation: Any = None
+    #: the phase of its last plan (for ``trainjob_jobs{phase}``)
+    phase: Phase | None = None
+
+    def forget_timer(self) -> None:
+        """The next timer tick reconciles (nothing known about the TrainJob's last state)."""
+        self.timer_due, self.timer_seen = 0.0, None
+
+    def forget_reconciled(self) -> None:
+        """The next watch event reconciles, as for a TrainJob new to this process."""
+        self.reconciled, self.generation = False, None
+
+    @property
+    def empty(self) -> bool:
+        """Whether it holds nothing (the same as no entry at all)."""
+        return self == JobState()
 
 
 class TimerSchedule:
@@ -254,24 +296,43 @@ class Operator:
         self.client = client
         self.render = render
         self.resync_seconds = resync_seconds
-        self._phases: dict[tuple[str, str], Phase | None] = {}
         self._lock = threading.Lock()
         self._job_locks = KeyedLocks()
-        #: TrainJobs with a reconcile waiting to start (for a thread of the pool or for the
-        #: TrainJob's lock): another trigger meanwhile is coalesced into it
-        self._waiting: set[tuple[str, str]] = set()
-        #: per waiting TrainJob: the newest watch body its reconcile may plan from (see
-        #: :meth:`reconcile`'s ``body``)
-        self._bodies: dict[tuple[str, str], dict[str, Any]] = {}
-        #: per TrainJob: (monotonic time its next timer reconcile is due, fingerprint of the
-        #: TrainJob as the last reconcile left it)
-        self._timer_state: dict[tuple[str, str], tuple[float, str | None]] = {}
-        #: per TrainJob: the ``metadata.generation`` its last successful reconcile read (absent:
-        #: never reconciled by this process; see :meth:`event_trigger`)
-        self._generations: dict[tuple[str, str], Any] = {}
+        #: per TrainJob: what this process keeps about it (:class:`JobState`; guarded by
+        #: ``_lock``; no entry: nothing kept)
+        self._jobs: dict[JobKey, JobState] = {}
         #: the pool the handlers run reconciles on (kopf's, set by :func:`run_operator`; None:
         #: the event loop's default)
         self.executor: concurrent.futures.Executor | None = None
+
+    def _state(self, key: JobKey) -> JobState:
+        """``key``'s state, created when absent (call with ``_lock`` held, then :meth:`_tidy`)."""
+        state = self._jobs.get(key)
+        if state is None:
+            state = self._jobs[key] = JobState()
+        return state
+
+    def _peek(self, key: JobKey) -> JobState:
+        """``key``'s state, or an empty one when none is kept (not stored; ``_lock`` held)."""
+        return self._jobs.get(key) or JobState()
+
+    def _tidy(self, key: JobKey) -> None:
+        """Drop ``key``'s state when it holds nothing (``_lock`` held)."""
+        state = self._jobs.get(key)
+        if state is not None and state.empty:
+            del self._jobs[key]
+
+    @property
+    def _waiting(self) -> set[JobKey]:
+        """The TrainJobs with a reconcile waiting to start (a snapshot)."""
+        with self._lock:
+            return {key for key, state in self._jobs.items() if state.waiting}
+
+    @property
+    def _bodies(self) -> dict[JobKey, dict[str, Any]]:
+        """The watch bodies waiting reconciles may plan from (a snapshot)."""
+        with self._lock:
+            return {k: s.body for k, s in self._jobs.items() if s.body is not None}
 
     def on_timer(self, namespace: str, name: str, fingerprint: str | None) -> None:
         """A timer tick: reconcile only if the TrainJob changed, a callback is due, or the
@@ -281,8 +342,8 @@ class Operator:
         while its first reconcile ran, and reconciled it a second time; issue 20)."""
         key = (namespace, name)
         with self._lock:
-            due, seen = self._timer_state.get(key, (0.0, None))
-            busy = key in self._waiting
+            state = self._peek(key)
+            due, seen, busy = state.timer_due, state.timer_seen, state.waiting
         if busy or self._job_locks.busy(key):
             SKIPPED.labels("timer", "busy").inc()
             return
@@ -303,9 +364,10 @@ class Operator:
         otherwise (the operator's own writes, the driver's status updates: the timer's
         business)."""
         with self._lock:
-            if key not in self._generations:
+            state = self._peek(key)
+            if not state.reconciled:
                 return "create" if event_type == "ADDED" or not has_status else "resume"
-            return "update" if self._generations[key] != generation else None
+            return "update" if state.generation != generation else None
 
     def on_pod_change(self, namespace: str, name: str) -> None:
         """A managed pod of TrainJob ``namespace/name`` changed or went away
@@ -320,15 +382,18 @@ class Operator:
         timer tick reconciles it: the pod watch may have missed changes (it listed again after
         its version expired), and each tick reads the TrainJob's pods anew."""
         with self._lock:
-            self._timer_state.clear()
+            for key, state in list(self._jobs.items()):
+                state.forget_timer()
+                self._tidy(key)
 
     def forget(self, key: tuple[str, str]) -> None:
         """TrainJob ``key`` was deleted: drop what is kept about it."""
         with self._lock:
-            self._generations.pop(key, None)
-            self._timer_state.pop(key, None)
-            self._phases.pop(key, None)
-            self._bodies.pop(key, None)
+            state = self._jobs.get(key)
+            if state is not None:  # a waiting reconcile still runs (and finds it gone)
+                waiting = state.waiting
+                self._jobs[key] = JobState(waiting=waiting)
+                self._tidy(key)
 
     def enqueue(
         self, key: tuple[str, str], trigger: str, body: dict[str, Any] | None = None
@@ -343,12 +408,13 @@ class Operator:
         from its timer tick or its pods' events (each would read it and its children again,
         and the queue would grow with the load; issue 20)."""
         with self._lock:
+            state = self._state(key)
             if body is not None:
-                self._bodies[key] = body
-            if key in self._waiting:
+                state.body = body
+            if state.waiting:
                 SKIPPED.labels(trigger, "coalesced").inc()
                 return False
-            self._waiting.add(key)
+            state.waiting = True
             return True
 
     def on_event(
@@ -401,12 +467,16 @@ class Operator:
         try:
             with self._job_locks.hold(key):
                 with self._lock:
-                    self._waiting.discard(key)
-                    body = self._bodies.pop(key, None)
+                    state = self._state(key)
+                    state.waiting = False
+                    body, state.body = state.body, None
+                    self._tidy(key)
                 self._reconcile_locked(namespace, name, trigger, fingerprint, body)
         finally:
             with self._lock:
-                self._waiting.discard(key)
+                if key in self._jobs:
+                    self._jobs[key].waiting = False
+                    self._tidy(key)
 
     def _reconcile_locked(
         self,
@@ -421,38 +491,42 @@ class Operator:
         start = time.perf_counter()
         started = time.monotonic()
         with self._lock:
-            if key in self._generations:
+            if self._peek(key).reconciled:
                 body = None  # reconciled before: read what the last one wrote
         try:
             plan = reconcile_trainjob(self.client, namespace, name, self.render, obj=body)
         except Exception:
             ERRORS.labels(trigger).inc()
             with self._lock:
-                self._timer_state.pop(key, None)  # the next tick reconciles again
-                self._generations.pop(key, None)  # and so does the next watch event
+                if key in self._jobs:
+                    self._jobs[key].forget_timer()  # the next tick reconciles again
+                    self._jobs[key].forget_reconciled()  # and so does the next watch event
+                    self._tidy(key)
             raise
         finally:
             DURATION.observe(time.perf_counter() - start)
         with self._lock:
+            state = self._state(key)
             if plan is None:
-                self._phases.pop(key, None)
-                self._timer_state.pop(key, None)
-                self._generations.pop(key, None)
+                state.phase = None
+                state.forget_timer()
+                state.forget_reconciled()
             else:
-                self._phases[key] = plan.new_status.phase
-                self._generations[key] = plan.generation_read
+                state.phase = plan.new_status.phase
+                state.reconciled, state.generation = True, plan.generation_read
                 wait = self.resync_seconds
                 if plan.requeue_after is not None:
                     wait = min(wait, plan.requeue_after)
                 # what the next tick compares with: the TrainJob as this reconcile left it
                 # (its own writes and kopf's bookkeeping are no change; issue 20)
-                _, seen = self._timer_state.get(key, (0.0, None))
+                seen = state.timer_seen
                 if trigger == "timer":
                     seen = fingerprint
                 if plan.fingerprint_after is not None:
                     seen = plan.fingerprint_after
-                self._timer_state[key] = (started + wait, seen)
-            counts = collections.Counter(self._phases.values())
+                state.timer_due, state.timer_seen = started + wait, seen
+            self._tidy(key)
+            counts = collections.Counter(s.phase for s in self._jobs.values())
             for phase in Phase:
                 PHASES.labels(phase.value).set(counts[phase])
 
@@ -750,6 +824,7 @@ def operator_command(args: argparse.Namespace) -> int:
 
 
 __all__ = [
+    "JobState",
     "JsonFormatter",
     "KeyedLocks",
     "NoDiffBase",
