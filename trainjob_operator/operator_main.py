@@ -494,7 +494,7 @@ class Operator:
             if self._peek(key).reconciled:
                 body = None  # reconciled before: read what the last one wrote
         try:
-            plan = reconcile_trainjob(self.client, namespace, name, self.render, obj=body)
+            outcome = reconcile_trainjob(self.client, namespace, name, self.render, obj=body)
         except Exception:
             ERRORS.labels(trigger).inc()
             with self._lock:
@@ -507,23 +507,23 @@ class Operator:
             DURATION.observe(time.perf_counter() - start)
         with self._lock:
             state = self._state(key)
-            if plan is None:
+            if outcome is None:
                 state.phase = None
                 state.forget_timer()
                 state.forget_reconciled()
             else:
-                state.phase = plan.new_status.phase
-                state.reconciled, state.generation = True, plan.generation_read
+                state.phase = outcome.new_status.phase
+                state.reconciled, state.generation = True, outcome.generation_read
                 wait = self.resync_seconds
-                if plan.requeue_after is not None:
-                    wait = min(wait, plan.requeue_after)
+                if outcome.requeue_after is not None:
+                    wait = min(wait, outcome.requeue_after)
                 # what the next tick compares with: the TrainJob as this reconcile left it
                 # (its own writes and kopf's bookkeeping are no change; issue 20)
                 seen = state.timer_seen
                 if trigger == "timer":
                     seen = fingerprint
-                if plan.fingerprint_after is not None:
-                    seen = plan.fingerprint_after
+                if outcome.fingerprint_after is not None:
+                    seen = outcome.fingerprint_after
                 state.timer_due, state.timer_seen = started + wait, seen
             self._tidy(key)
             counts = collections.Counter(s.phase for s in self._jobs.values())

@@ -17,9 +17,8 @@ from trainjob_operator import operator_main
 from trainjob_operator.api import Phase, TrainJobStatus
 from trainjob_operator.constants import LAST_DEMAND_ANNOTATION
 from trainjob_operator.operator_main import JsonFormatter, KeyedLocks, Operator
-from trainjob_operator.reconcile.apply import invalid_child_message
+from trainjob_operator.reconcile.apply import ReconcileOutcome, invalid_child_message
 from trainjob_operator.reconcile.fingerprint import trainjob_fingerprint
-from trainjob_operator.reconcile.plan import Plan
 
 
 def _record(message: str, *args: Any, **extra: Any) -> logging.LogRecord:
@@ -94,7 +93,9 @@ def _overlap_counter(
     active: dict[tuple[str, str], int] = {}
     peak: dict[tuple[str, str], int] = {}
 
-    def fake(client: Any, namespace: str, name: str, render: Any, obj: Any = None) -> Plan:
+    def fake(
+        client: Any, namespace: str, name: str, render: Any, obj: Any = None
+    ) -> ReconcileOutcome:
         key = (namespace, name)
         with lock:
             active[key] = active.get(key, 0) + 1
@@ -102,7 +103,7 @@ def _overlap_counter(
         time.sleep(sleep)
         with lock:
             active[key] -= 1
-        return Plan(TrainJobStatus(phase=Phase.RUNNING))
+        return ReconcileOutcome(TrainJobStatus(phase=Phase.RUNNING))
 
     return peak, fake
 
@@ -128,9 +129,11 @@ def test_reconciles_of_different_trainjobs_run_concurrently(
 ) -> None:
     started = threading.Barrier(2, timeout=5)
 
-    def fake(client: Any, namespace: str, name: str, render: Any, obj: Any = None) -> Plan:
+    def fake(
+        client: Any, namespace: str, name: str, render: Any, obj: Any = None
+    ) -> ReconcileOutcome:
         started.wait()  # both must be inside at once, or this times out
-        return Plan(TrainJobStatus(phase=Phase.RUNNING))
+        return ReconcileOutcome(TrainJobStatus(phase=Phase.RUNNING))
 
     monkeypatch.setattr(operator_main, "reconcile_trainjob", fake)
     op = Operator(client=None, render=lambda *a: [])  # type: ignore[arg-type]
@@ -151,12 +154,14 @@ def _operator_whose_first_reconcile_blocks(
     release = threading.Event()
     runs: list[str] = []
 
-    def fake(client: Any, namespace: str, name: str, render: Any, obj: Any = None) -> Plan:
+    def fake(
+        client: Any, namespace: str, name: str, render: Any, obj: Any = None
+    ) -> ReconcileOutcome:
         runs.append(name)
         if len(runs) == 1:
             inside.set()
             release.wait(5)
-        return Plan(TrainJobStatus(phase=Phase.RUNNING))
+        return ReconcileOutcome(TrainJobStatus(phase=Phase.RUNNING))
 
     monkeypatch.setattr(operator_main, "reconcile_trainjob", fake)
     op = Operator(client=None, render=lambda *a: [])  # type: ignore[arg-type]
@@ -191,9 +196,11 @@ def test_timer_reconciles_only_on_change_when_due_or_at_resync(
     runs: list[str] = []
     requeue: list[float | None] = [None]
 
-    def fake(client: Any, namespace: str, name: str, render: Any, obj: Any = None) -> Plan:
+    def fake(
+        client: Any, namespace: str, name: str, render: Any, obj: Any = None
+    ) -> ReconcileOutcome:
         runs.append(name)
-        return Plan(TrainJobStatus(phase=Phase.RUNNING), requeue_after=requeue[0])
+        return ReconcileOutcome(TrainJobStatus(phase=Phase.RUNNING), requeue_after=requeue[0])
 
     monkeypatch.setattr(operator_main, "reconcile_trainjob", fake)
     op = Operator(client=None, render=lambda *a: [], resync_seconds=3600)  # type: ignore[arg-type]
@@ -232,9 +239,11 @@ def test_the_timer_ignores_the_operators_own_writes_and_kopfs_bookkeeping(
     }
     runs: list[str] = []
 
-    def fake(client: Any, namespace: str, name: str, render: Any, obj: Any = None) -> Plan:
+    def fake(
+        client: Any, namespace: str, name: str, render: Any, obj: Any = None
+    ) -> ReconcileOutcome:
         runs.append(name)
-        plan = Plan(TrainJobStatus(phase=Phase.RUNNING))
+        plan = ReconcileOutcome(TrainJobStatus(phase=Phase.RUNNING))
         plan.trainjob_after = copy.deepcopy(left)
         plan.fingerprint_after = trainjob_fingerprint(left)
         return plan
@@ -330,8 +339,10 @@ def test_invalid_child_message_names_each_field() -> None:
 def test_jobs_gauge_has_a_series_for_every_phase(monkeypatch: pytest.MonkeyPatch) -> None:
     from prometheus_client import REGISTRY
 
-    def fake(client: Any, namespace: str, name: str, render: Any, obj: Any = None) -> Plan:
-        return Plan(TrainJobStatus(phase=Phase.SUSPENDED))
+    def fake(
+        client: Any, namespace: str, name: str, render: Any, obj: Any = None
+    ) -> ReconcileOutcome:
+        return ReconcileOutcome(TrainJobStatus(phase=Phase.SUSPENDED))
 
     monkeypatch.setattr(operator_main, "reconcile_trainjob", fake)
     op = Operator(client=None, render=lambda *a: [])  # type: ignore[arg-type]
@@ -410,11 +421,13 @@ def test_watch_events_reconcile_new_trainjobs_and_spec_changes_only(
     fail = [False]
     bodies: list[Any] = []
 
-    def fake(client: Any, namespace: str, name: str, render: Any, obj: Any = None) -> Plan:
+    def fake(
+        client: Any, namespace: str, name: str, render: Any, obj: Any = None
+    ) -> ReconcileOutcome:
         bodies.append(obj)
         if fail[0]:
             raise RuntimeError("API server unavailable")
-        plan = Plan(TrainJobStatus(phase=Phase.RUNNING))
+        plan = ReconcileOutcome(TrainJobStatus(phase=Phase.RUNNING))
         plan.generation_read = generation[0]
         return plan
 
@@ -453,9 +466,11 @@ def test_triggers_while_a_reconcile_waits_for_a_thread_are_coalesced_into_it(
     from the newest watch body."""
     bodies: list[Any] = []
 
-    def fake(client: Any, namespace: str, name: str, render: Any, obj: Any = None) -> Plan:
+    def fake(
+        client: Any, namespace: str, name: str, render: Any, obj: Any = None
+    ) -> ReconcileOutcome:
         bodies.append(obj)
-        return Plan(TrainJobStatus(phase=Phase.RUNNING))
+        return ReconcileOutcome(TrainJobStatus(phase=Phase.RUNNING))
 
     monkeypatch.setattr(operator_main, "reconcile_trainjob", fake)
     op = Operator(client=None, render=lambda *a: [])  # type: ignore[arg-type]

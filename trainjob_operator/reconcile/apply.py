@@ -1,15 +1,18 @@
 """The side-effecting half of reconciliation: read, plan (pure), execute the plan.
 
 :func:`reconcile_trainjob` is what every operator trigger calls (create, update, resume,
-timer, child pod events): it reads the TrainJob and its children, asks the planner
+timer, child pod events): it reads the TrainJob and its children, asks the state machine
 (:func:`~trainjob_operator.reconcile.state_machine.plan_trainjob`, or
-:func:`~trainjob_operator.reconcile.state_machine.plan_invalid_spec` for a spec that does not parse)
-for a :class:`~trainjob_operator.reconcile.plan.Plan`, and :func:`execute_plan` carries it
-out: deletes, creates, then one status write (only when the operator's keys changed), the
-annotation patch, and the Events. Nothing here decides anything; the one outcome that changes
-the plan, a child the API server rejects, is handed back to it
-(:meth:`~trainjob_operator.reconcile.plan.Plan.fail_rejected_child`). It is idempotent:
-running it twice, or after an operator restart mid-way, converges to the same children.
+:func:`~trainjob_operator.reconcile.state_machine.plan_invalid_spec` for a spec that does not
+parse) for a :class:`~trainjob_operator.reconcile.plan.Plan`, and :func:`execute_plan`
+carries it out: deletes, creates, then one status write (only when the operator's keys
+changed), the annotation patch, and the Events. Nothing here decides anything; the one
+result that changes what is written, a child the API server rejects, is handed to the plan,
+which answers with the failed plan to write instead
+(:meth:`~trainjob_operator.reconcile.plan.Plan.failed_by_rejected_child`). What was done comes
+back as values (:class:`Applied`, :class:`ReconcileOutcome`), never written onto the plan.
+It is idempotent: running it twice, or after an operator restart mid-way, converges to the
+same children.
 """
 
 from __future__ import annotations
@@ -18,11 +21,12 @@ import datetime as dt
 import logging
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from trainjob_operator.api.errors import ManifestError
 from trainjob_operator.api.manifest import parse_trainjob
-from trainjob_operator.api.status import status_defaults
+from trainjob_operator.api.status import TrainJobStatus, status_defaults
 from trainjob_operator.constants import API_VERSION, KIND, NAME_LABEL, TIMESTAMP_FORMAT
 from trainjob_operator.kube import ApiError, KubeClient
 from trainjob_operator.reconcile.fingerprint import fingerprint_after_writes
@@ -153,12 +157,42 @@ def post_event(client: KubeClient, obj: dict[str, Any], event: Event, now: dt.da
         logger.warning("could not post event %s: %s", event.reason, exc)
 
 
-def execute_plan(
-    client: KubeClient, obj: dict[str, Any], plan: Plan, now: dt.datetime
-) -> dict[str, Any]:
+@dataclass
+class Applied:
+    """What :func:`execute_plan` did."""
+
+    #: the plan as carried out: the one given, or, when the API server rejected a child, that
+    #: plan turned into an ``InvalidChild`` failure (:meth:`Plan.failed_by_rejected_child`).
+    plan: Plan
+    #: the TrainJob as the last write answered it (the TrainJob read when nothing was written).
+    trainjob_after: dict[str, Any]
+
+
+@dataclass
+class ReconcileOutcome:
+    """What one reconcile did (:func:`reconcile_trainjob`'s answer): what the operator keeps
+    for its next triggers. Never written back onto the plan."""
+
+    #: the TrainJob's status as this reconcile decided it (what was written, when it changed).
+    new_status: TrainJobStatus
+    #: seconds after which to reconcile again even if nothing changes (the plan's request).
+    requeue_after: float | None = None
+    #: the TrainJob as this reconcile left it.
+    trainjob_after: dict[str, Any] | None = None
+    #: what the operator's timer compares the next watch events with
+    #: (:func:`~trainjob_operator.reconcile.fingerprint.fingerprint_after_writes`).
+    fingerprint_after: str | None = None
+    #: the TrainJob's ``metadata.generation`` the plan was made from (a spec change after it
+    #: asks for another reconcile).
+    generation_read: int | None = None
+    #: the plan as carried out.
+    plan: Plan | None = None
+
+
+def execute_plan(client: KubeClient, obj: dict[str, Any], plan: Plan, now: dt.datetime) -> Applied:
     """Carry out ``plan`` for the TrainJob ``obj``: deletes, creates, one status write (or the
-    TrainJob's deletion) and the annotation patch, with the Events alongside. Returns the
-    TrainJob as the last write answered it (``obj`` when nothing was written)."""
+    TrainJob's deletion) and the annotation patch, with the Events alongside. Returns what was
+    done (:class:`Applied`); ``plan`` itself is not changed."""
     meta = obj["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     for kind, child in plan.delete:
@@ -168,7 +202,7 @@ def execute_plan(
         # Invalid: the plan fails the job (once; the next reconcile, phase Failed, deletes
         # what was created) and no later wave is created.
         manifest, exc = rejected
-        plan.fail_rejected_child(manifest, exc.body, now)
+        plan = plan.failed_by_rejected_child(manifest, exc.body, now)
     written = obj
     # The Events go concurrently with the TrainJob's own writes (one round trip, not three
     # for a new TrainJob's; issue 20), and are all posted when this returns.
@@ -190,7 +224,7 @@ def execute_plan(
             future.exception()  # wait (post_event logs what the API server refuses)
     for future in posted:
         future.result()
-    return written or obj
+    return Applied(plan, written or obj)
 
 
 def reconcile_trainjob(
@@ -200,8 +234,9 @@ def reconcile_trainjob(
     render: Renderer,
     now: dt.datetime | None = None,
     obj: dict[str, Any] | None = None,
-) -> Plan | None:
-    """Bring one TrainJob's children and status to what its spec asks for.
+) -> ReconcileOutcome | None:
+    """Bring one TrainJob's children and status to what its spec asks for; returns what it
+    did (None: the TrainJob is gone or being deleted).
 
     ``obj``: the TrainJob as a watch event just showed it, instead of reading it (a GET);
     only when nothing this process wrote can be newer (its first reconcile)."""
@@ -234,18 +269,26 @@ def reconcile_trainjob(
             now,
             generation=generation,
         )
-    plan.trainjob_after = execute_plan(client, obj, plan, now)
-    plan.fingerprint_after = fingerprint_after_writes(
-        obj, plan.trainjob_after, OPERATOR_STATUS_KEYS, plan.annotations, STATUS_DEFAULTS
+    applied = execute_plan(client, obj, plan, now)
+    done = applied.plan
+    return ReconcileOutcome(
+        new_status=done.new_status,
+        requeue_after=done.requeue_after,
+        trainjob_after=applied.trainjob_after,
+        fingerprint_after=fingerprint_after_writes(
+            obj, applied.trainjob_after, OPERATOR_STATUS_KEYS, done.annotations, STATUS_DEFAULTS
+        ),
+        generation_read=generation,
+        plan=done,
     )
-    plan.generation_read = generation
-    return plan
 
 
 __all__ = [
     "CREATE_CONCURRENCY",
     "NAME_LABEL",
     "OPERATOR_STATUS_KEYS",
+    "Applied",
+    "ReconcileOutcome",
     "Renderer",
     "create_children",
     "create_waves",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -100,15 +100,6 @@ class Plan:
     #: seconds after which the operator should reconcile again even if nothing changes (a
     #: deadline, the TTL, a pod being replaced); None: only on changes and periodic resync.
     requeue_after: float | None = None
-    #: the TrainJob as this reconcile left it (set once the plan was carried out).
-    trainjob_after: dict[str, Any] | None = None
-    #: what the operator's timer compares the next watch events with (set with
-    #: ``trainjob_after``; see
-    #: :func:`~trainjob_operator.reconcile.fingerprint.fingerprint_after_writes`).
-    fingerprint_after: str | None = None
-    #: the TrainJob's ``metadata.generation`` this plan was made from (set with
-    #: ``trainjob_after``; a spec change after it asks for another reconcile).
-    generation_read: int | None = None
 
     @property
     def status(self) -> dict[str, Any]:
@@ -144,17 +135,22 @@ class Plan:
         status.set_condition(ConditionType.FAILED, True, reason, message, generation, now)
         status.set_condition(ConditionType.RUNNING, False, reason, message, generation, now)
 
-    def fail_rejected_child(
+    def failed_by_rejected_child(
         self, manifest: dict[str, Any], body: dict[str, Any], now: dt.datetime
-    ) -> None:
-        """The API server rejected ``manifest`` as invalid (422, Status ``body``): the same
-        spec renders the same child, so no retry can succeed; fail the job (``InvalidChild``)."""
-        self.fail(
+    ) -> Plan:
+        """This plan as it becomes when the API server rejected ``manifest`` as invalid (422,
+        Status ``body``): the same spec renders the same child, so no retry can succeed; the
+        job fails (``InvalidChild``). A new plan: this one is left as it was decided."""
+        failed = replace(
+            self, new_status=self.new_status.model_copy(deep=True), events=list(self.events)
+        )
+        failed.fail(
             Reason.INVALID_CHILD,
             invalid_child_message(manifest, body),
             self.new_status.observed_generation,
             now,
         )
+        return failed
 
 
 def invalid_child_message(manifest: dict[str, Any], body: dict[str, Any]) -> str:
