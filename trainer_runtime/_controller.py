@@ -27,7 +27,6 @@ from trainer_runtime.errors import (
     FencedError,
     PreemptionError,
     PreemptionStop,
-    StorageError,
     TrainingFailedError,
     UserConfigError,
     ValidationDispatchError,
@@ -36,7 +35,7 @@ from trainer_runtime.errors import (
 )
 from trainer_runtime.preemption import PreemptionInfo, combine, merge
 from trainer_runtime.result import Result
-from trainer_runtime.storage import get_storage
+from trainer_runtime.storage import StorageError, get_storage
 from trainer_runtime.storage.base import describe_error
 
 logger = logging.getLogger("trainer_runtime")

@@ -38,12 +38,11 @@ from trainer_runtime.config import ValidationConfig
 from trainer_runtime.errors import (
     CheckpointUploadError,
     FencedError,
-    StorageError,
     UserConfigError,
     WorkerFailure,
 )
 from trainer_runtime.preemption import PREEMPTION_CALLER, PreemptionInfo, combine, merge
-from trainer_runtime.storage import Storage
+from trainer_runtime.storage import Storage, StorageError
 from trainer_runtime.storage.base import (
     StoredFile,
     describe_error,

@@ -1,12 +1,15 @@
-"""Exceptions raised by the training runtime."""
+"""Exceptions raised by the training runtime.
+
+A leaf: it imports nothing of the package (``tests/test_import_graph.py`` checks it), so every
+layer may raise these. What an exception carries from higher layers (a
+:class:`~trainer_runtime.result.Result`, a :class:`~trainer_runtime.preemption.PreemptionInfo`)
+is typed ``Any`` here and named in the docstrings. Errors of a layer of their own live there:
+:class:`~trainer_runtime.storage.base.StorageError` in :mod:`trainer_runtime.storage`.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from trainer_runtime.preemption import PreemptionInfo
-    from trainer_runtime.result import Result
+from typing import Any
 
 
 class TrainerRuntimeError(Exception):
@@ -20,12 +23,13 @@ class TrainingFailedError(TrainerRuntimeError):
     workers failed) or :class:`ControllerError` (the controller did).
 
     ``cause`` is the exception that ended the run (also chained as ``__cause__``);
-    ``result`` holds what had been committed before the failure (metrics, latest
-    checkpoint), so nothing already stored is lost.
+    ``result`` (a :class:`~trainer_runtime.result.Result` or None) holds what had been
+    committed before the failure (metrics, latest checkpoint), so nothing already stored is
+    lost.
     """
 
     def __init__(
-        self, message: str, cause: BaseException | None = None, result: Result | None = None
+        self, message: str, cause: BaseException | None = None, result: Any = None
     ) -> None:
         super().__init__(message)
         self.cause = cause
@@ -45,7 +49,7 @@ class WorkerGroupError(TrainingFailedError):
         error_message: str,
         worker_failures: dict[int, BaseException],
         cause: BaseException | None = None,
-        result: Result | None = None,
+        result: Any = None,
         traceback_text: str | None = None,
     ) -> None:
         # Ray prefixes "Training failed due to worker errors:"; the first line here says what
@@ -67,7 +71,7 @@ class ControllerError(TrainingFailedError):
         self,
         controller_failure: BaseException,
         message: str | None = None,
-        result: Result | None = None,
+        result: Any = None,
     ) -> None:
         super().__init__(
             message or str(controller_failure), cause=controller_failure, result=result
@@ -94,9 +98,9 @@ class PreemptionError(TrainingFailedError):
 
     def __init__(
         self,
-        preemption_info: PreemptionInfo,
+        preemption_info: Any,
         drain_timed_out: bool = False,
-        result: Result | None = None,
+        result: Any = None,
     ) -> None:
         self.preemption_info = preemption_info
         self.drain_timed_out = drain_timed_out
@@ -114,7 +118,7 @@ class PreemptionError(TrainingFailedError):
 class PreemptionStop(TrainerRuntimeError):
     """Internal: the attempt stops after a preemption notice (see :class:`PreemptionError`)."""
 
-    def __init__(self, preemption_info: PreemptionInfo, drain_timed_out: bool = False) -> None:
+    def __init__(self, preemption_info: Any, drain_timed_out: bool = False) -> None:
         super().__init__(f"preempted ranks {preemption_info.preempted_ranks}")
         self.preemption_info = preemption_info
         self.drain_timed_out = drain_timed_out
@@ -161,19 +165,12 @@ class UserConfigError(TrainerRuntimeError, ValueError):
     """A configuration error that retrying cannot fix: the run fails at once."""
 
 
-class StorageError(TrainerRuntimeError):
-    """A storage operation failed after its retries.
-
-    ``permanent``: retrying cannot help (access denied, bucket not found): the run fails at
-    once instead of spending ``FailureConfig.max_failures`` on restarts.
-    """
-
-    def __init__(self, message: str, permanent: bool = False) -> None:
-        super().__init__(message)
-        self.permanent = permanent
+class NotRetriableError(TrainerRuntimeError):
+    """An error that no retry (of a storage call, or of the workers) can fix: bad input or
+    fencing. :func:`trainer_runtime.storage.base.is_permanent_error` stops at it."""
 
 
-class CheckpointSourceError(ReportError):
+class CheckpointSourceError(ReportError, NotRetriableError):
     """A reported checkpoint folder vanished or changed before its upload finished.
 
     The checkpoint is not committed. A restart would repeat the same train code, so the
@@ -181,7 +178,7 @@ class CheckpointSourceError(ReportError):
     """
 
 
-class FencedError(TrainerRuntimeError):
+class FencedError(NotRetriableError):
     """A newer driver took over the run folder; this process must stop writing to it."""
 
 

@@ -24,11 +24,10 @@ from trainer_runtime.config import CheckpointConfig
 from trainer_runtime.errors import (
     CheckpointSourceError,
     FencedError,
-    StorageError,
     UserConfigError,
     WorkerFailure,
 )
-from trainer_runtime.storage import join_uri
+from trainer_runtime.storage import StorageError, join_uri
 from trainer_runtime.storage.base import describe_error, is_permanent_error
 from trainer_runtime.storage.local import LocalStorage
 

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer_runtime.errors import StorageError
-from trainer_runtime.storage import get_storage, join_uri, validate_storage_uri
+from trainer_runtime.storage import StorageError, get_storage, join_uri, validate_storage_uri
 from trainer_runtime.storage.base import retry_call
 from trainer_runtime.storage.gcs import GCSStorage, split_gcs_uri
 

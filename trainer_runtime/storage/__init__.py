@@ -8,11 +8,18 @@ URIs are absolute local paths (``/mnt/ckpt/run``, ``file:///mnt/ckpt``), ``gs://
 
 from __future__ import annotations
 
-from trainer_runtime.storage.base import Storage, TransferStats, join_uri, validate_storage_uri
+from trainer_runtime.storage.base import (
+    Storage,
+    StorageError,
+    TransferStats,
+    join_uri,
+    validate_storage_uri,
+)
 from trainer_runtime.storage.factory import get_storage, pyarrow_filesystem
 
 __all__ = [
     "Storage",
+    "StorageError",
     "TransferStats",
     "get_storage",
     "join_uri",

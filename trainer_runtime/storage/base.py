@@ -1,4 +1,10 @@
-"""The storage interface and URI helpers shared by every backend."""
+"""The storage interface, its error (:class:`StorageError`) and the URI and retry helpers
+shared by every backend.
+
+Storage sits just above the leaf :mod:`trainer_runtime.errors` and knows nothing else of the
+runtime: which errors no retry can fix it learns from their type
+(:class:`~trainer_runtime.errors.NotRetriableError`), not by naming fencing or checkpoints.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +18,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from trainer_runtime.errors import NotRetriableError, TrainerRuntimeError
+
 T = TypeVar("T")
+
+
+class StorageError(TrainerRuntimeError):
+    """A storage operation failed after its retries.
+
+    ``permanent``: retrying cannot help (access denied, bucket not found): the run fails at
+    once instead of spending ``FailureConfig.max_failures`` on restarts.
+    """
+
+    def __init__(self, message: str, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent
+
 
 #: URI schemes for ``storage_path``: ``gs://`` (google-cloud-storage) and those served by
 #: pyarrow's filesystems (``s3://`` ...); a local or mounted folder needs none (or ``file://``).
@@ -150,15 +171,13 @@ def is_permanent_error(exc: BaseException) -> bool:
 
     Permission denied, read-only filesystem, not found (a missing bucket or source folder),
     HTTP 401/403/404, a :class:`StorageError` marked permanent, and errors the runtime
-    raises for bad input or fencing.
+    raises for bad input or fencing (:class:`~trainer_runtime.errors.NotRetriableError`).
     """
-    from trainer_runtime.errors import CheckpointSourceError, FencedError, StorageError
-
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, CheckpointSourceError | FencedError):
+        if isinstance(current, NotRetriableError):
             return True
         if isinstance(current, StorageError) and current.permanent:
             return True

@@ -31,9 +31,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from trainer_runtime.errors import StorageError
 from trainer_runtime.storage.base import (
     Storage,
+    StorageError,
     StoredFile,
     TransferStats,
     UploadCheck,
