@@ -16,6 +16,13 @@ the REST client only, never on the control plane (renderers, planner, reconciler
 the driver and the operator meet only in the TrainJob and its status. It is checked twice: the
 modules each launcher module loads, and every import statement in its source (a lazy import
 inside a function included).
+
+The layers: every module of the runtime belongs to one of :data:`RUNTIME_LAYERS` and imports
+only from its own layer or lower ones, whether at module level, for types only or inside a
+function (one documented exception: :data:`TYPE_ONLY_UPWARD`); ``trainer_runtime.errors`` is a
+leaf and storage owns its own errors. The reconcile package's modules follow
+:data:`RECONCILE_LAYERS`. Inside functions only optional heavy dependencies are imported
+(:data:`LAZY_ALLOWED`), in both packages.
 """
 
 from __future__ import annotations
@@ -96,6 +103,7 @@ def test_the_walk_finds_the_packages() -> None:
     assert {f"{LAUNCHER}.driver", f"{LAUNCHER}.local", f"{LAUNCHER}.trainer"} <= set(modules)
 
 
+@pytest.mark.slow  # an interpreter per module
 def test_every_module_imports_first_in_a_fresh_interpreter() -> None:
     modules = public_modules()
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
@@ -212,3 +220,180 @@ def test_the_launcher_loads_no_control_plane(module: str) -> None:
     assert rc == 0, output
     operator = sorted(filter(_outside_launcher_contract, json.loads(output)))
     assert not operator, f"{module} loads {operator}"
+
+
+# --------------------------------------------------------------------------- layers
+
+#: The runtime's layers, lowest first: a module imports only from its own layer or lower ones
+#: (at module level, under ``TYPE_CHECKING`` and inside functions alike). Entries are module
+#: names under ``trainer_runtime`` (a package stands for every module in it).
+RUNTIME_LAYERS: tuple[tuple[str, ...], ...] = (
+    # leaves: the standard library (and the operator's dependency-free leaves) only
+    ("errors", "_layout", "tpu", "preemption"),
+    # storage owns its errors (StorageError) and knows only the leaves
+    ("storage",),
+    ("checkpoint", "reported_checkpoint", "_snapshot", "_metrics", "_raylet", "_fencing"),
+    ("config", "callbacks", "context"),
+    ("checkpoint_manager", "result", "_events", "_uploader", "_validation"),
+    ("_session", "_coordinator"),
+    ("_worker", "collective", "worker_group"),
+    ("backend",),
+    ("_controller", "_local"),
+    ("trainer",),
+    ("torch", "jax"),
+    ("",),  # the package itself: its public API
+)
+#: The reconcile package's modules, lowest first (the order its docstring gives).
+RECONCILE_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("transitions",),
+    ("plan",),
+    ("pods",),
+    ("failure_rules",),
+    ("validation_pool",),
+    ("state_machine",),
+    ("fingerprint",),
+    ("apply",),
+    ("",),
+)
+#: Type-only imports allowed to point up, with why: the hooks of ``callbacks`` are typed
+#: against the objects the controller hands them (a checkpoint's record, the run's result),
+#: while ``RunConfig`` (below those) checks that its callbacks are hooks.
+TYPE_ONLY_UPWARD = {
+    "trainer_runtime.callbacks": {
+        "trainer_runtime.checkpoint_manager",
+        "trainer_runtime.result",
+    },
+}
+#: What may be imported inside a function: optional or heavy dependencies that a module must
+#: not load before it needs them (Ray, the ML frameworks, the cloud storage clients, kopf's
+#: webhook server in ``trainjob validate``), and the subpackages that import them.
+LAZY_ALLOWED = (
+    "ray",
+    "torch",
+    "jax",
+    "jaxlib",
+    "numpy",
+    "pyarrow",
+    "google",
+    "requests",
+    "kopf",
+    "trainer_runtime.torch",
+    "trainer_runtime.jax",
+)
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> list[tuple[str, str, int]]:
+    """(module, where, line) of every import statement in ``path``; ``where`` is ``module``,
+    ``type`` (under ``if TYPE_CHECKING``) or ``local`` (inside a function). ``from pkg import
+    name`` counts as ``pkg.name`` when that is a module of the project."""
+    found: list[tuple[str, str, int]] = []
+
+    def names(node: ast.Import | ast.ImportFrom) -> list[str]:
+        if isinstance(node, ast.Import):
+            return [alias.name for alias in node.names]
+        if node.level or not node.module:
+            return []
+        out = []
+        for alias in node.names:
+            sub = f"{node.module}.{alias.name}"
+            as_path = REPO / Path(*sub.split("."))
+            is_module = as_path.with_suffix(".py").is_file() or (as_path / "__init__.py").is_file()
+            out.append(sub if is_module else node.module)
+        return out
+
+    def visit(node: ast.AST, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = where
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                inner = "local"
+            elif isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                inner = "type" if where == "module" else where
+            if isinstance(child, ast.Import | ast.ImportFrom):
+                found.extend((name, where, child.lineno) for name in names(child))
+            visit(child, inner)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")), "module")
+    return found
+
+
+def _layer(module: str, package: str, layers: tuple[tuple[str, ...], ...]) -> int | None:
+    rest = module[len(package) :].lstrip(".")
+    best: tuple[int, int] | None = None  # (prefix length, layer)
+    for index, layer in enumerate(layers):
+        for entry in layer:
+            matches = rest == entry or (entry and rest.startswith(entry + "."))
+            if matches and (best is None or len(entry) > best[0]):
+                best = (len(entry), index)
+    return best[1] if best is not None else None
+
+
+def _layer_violations(package: str, layers: tuple[tuple[str, ...], ...]) -> list[str]:
+    root = REPO / Path(*package.split("."))
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        source = _module_name(path)
+        mine = _layer(source, package, layers)
+        if mine is None:
+            bad.append(f"{source}: in no layer")
+            continue
+        for target, where, line in _imports(path):
+            if target != package and not target.startswith(package + "."):
+                continue
+            theirs = _layer(target, package, layers)
+            if theirs is None or theirs <= mine:
+                continue
+            if where == "type" and target in TYPE_ONLY_UPWARD.get(source, ()):
+                continue
+            bad.append(f"{path.relative_to(REPO)}:{line}: {source} ({where}) imports {target}")
+    return bad
+
+
+def test_the_runtime_layers_point_down() -> None:
+    assert not _layer_violations("trainer_runtime", RUNTIME_LAYERS)
+
+
+def test_the_reconcile_modules_point_down() -> None:
+    assert not _layer_violations("trainjob_operator.reconcile", RECONCILE_LAYERS)
+
+
+def test_the_layer_check_sees_an_upward_import() -> None:
+    assert _layer("trainer_runtime.storage.base", "trainer_runtime", RUNTIME_LAYERS) == 1
+    assert _layer("trainer_runtime", "trainer_runtime", RUNTIME_LAYERS) == len(RUNTIME_LAYERS) - 1
+    probe = REPO / "trainer_runtime" / "storage" / "base.py"
+    kinds = {(name, where) for name, where, _ in _imports(probe)}
+    assert ("trainer_runtime.errors", "module") in kinds
+    # The allowed exceptions are real upward, type-only imports (not stale entries).
+    for source, targets in TYPE_ONLY_UPWARD.items():
+        path = (REPO / Path(*source.split("."))).with_suffix(".py")
+        typed = {name for name, where, _ in _imports(path) if where == "type"}
+        for target in targets:
+            assert target in typed, (source, target)
+            up = _layer(target, "trainer_runtime", RUNTIME_LAYERS)
+            assert up is not None and up > (_layer(source, "trainer_runtime", RUNTIME_LAYERS) or 0)
+
+
+def test_errors_is_a_leaf() -> None:
+    """``trainer_runtime.errors`` imports nothing of the package, not even for types."""
+    path = REPO / "trainer_runtime" / "errors.py"
+    project = [name for name, _, _ in _imports(path) if name.split(".")[0] in PACKAGES]
+    assert project == []
+
+
+def test_no_function_local_imports_but_optional_heavy_dependencies() -> None:
+    """Imports live at the top of a module, where the layers can be read; inside a function
+    only what :data:`LAZY_ALLOWED` names (a dependency a module must not load early)."""
+    bad = []
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            for name, where, line in _imports(path):
+                lazy_ok = any(name == ok or name.startswith(ok + ".") for ok in LAZY_ALLOWED)
+                if where == "local" and not lazy_ok:
+                    bad.append(f"{path.relative_to(REPO)}:{line}: {name}")
+    assert not bad, bad

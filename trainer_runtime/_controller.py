@@ -16,7 +16,11 @@ from typing import Any
 from trainer_runtime._coordinator import RunCoordinator
 from trainer_runtime._events import WorkerFinishedEvent
 from trainer_runtime._fencing import FenceCheck, take_over
-from trainer_runtime._validation import BaseValidationDispatcher
+from trainer_runtime._validation import (
+    BaseValidationDispatcher,
+    RayValidationDispatcher,
+    ThreadValidationDispatcher,
+)
 from trainer_runtime.backend import Backend
 from trainer_runtime.callbacks import TrainRunContext, call_all
 from trainer_runtime.checkpoint_manager import CheckpointManager
@@ -37,6 +41,7 @@ from trainer_runtime.preemption import PreemptionInfo, combine, merge
 from trainer_runtime.result import Result
 from trainer_runtime.storage import StorageError, get_storage
 from trainer_runtime.storage.base import describe_error
+from trainer_runtime.worker_group import WorkerGroup
 
 logger = logging.getLogger("trainer_runtime")
 
@@ -97,8 +102,6 @@ class BaseController:
         return validation is not None and validation.fn is not None
 
     def _make_validator(self) -> BaseValidationDispatcher:
-        from trainer_runtime._validation import ThreadValidationDispatcher
-
         assert self.spec.run.validation_config is not None
         return ThreadValidationDispatcher(self.coordinator, self.spec.run.validation_config)
 
@@ -388,8 +391,6 @@ class RayController(BaseController):
             time.sleep(0)  # let Ray process the kills before a restart asks for resources
 
     def _make_validator(self) -> BaseValidationDispatcher:
-        from trainer_runtime._validation import RayValidationDispatcher
-
         _ensure_ray()
         config = self.spec.run.validation_config
         assert config is not None
@@ -592,8 +593,6 @@ class RayController(BaseController):
         return done
 
     def _make_group(self) -> Any:
-        from trainer_runtime.worker_group import WorkerGroup
-
         return WorkerGroup(
             self.spec.scaling,
             env=self.spec.run.worker_env,

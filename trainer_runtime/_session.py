@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from trainer_runtime import preemption
 from trainer_runtime._events import (
     Event,
     ReportEvent,
@@ -41,6 +42,7 @@ from trainer_runtime.checkpoint import Checkpoint, CheckpointUploadMode
 from trainer_runtime.config import ValidationTaskConfig
 from trainer_runtime.context import TrainContext
 from trainer_runtime.errors import CheckpointUploadError, ReportError, UserConfigError
+from trainer_runtime.reported_checkpoint import CheckpointConsistencyMode
 from trainer_runtime.storage import TransferStats, get_storage, join_uri
 from trainer_runtime.storage.base import describe_error, is_permanent_error
 
@@ -489,8 +491,6 @@ class TrainSession:
     def get_preemption_info(self) -> Any:
         """See :func:`trainer_runtime.get_preemption_info`: a collective that gathers every
         rank's notice and returns the controller's one answer."""
-        from trainer_runtime import preemption
-
         if self._health_check is not None:
             self._health_check()
         noticed, deadline_ms = preemption.local_notice()
@@ -506,8 +506,6 @@ class TrainSession:
 
     def get_all_reported_checkpoints(self, consistency_mode: Any, timeout_s: float | None) -> Any:
         """See :func:`trainer_runtime.get_all_reported_checkpoints`."""
-        from trainer_runtime.reported_checkpoint import CheckpointConsistencyMode
-
         if isinstance(consistency_mode, str):
             consistency_mode = CheckpointConsistencyMode(consistency_mode.upper())
         if not isinstance(consistency_mode, CheckpointConsistencyMode):

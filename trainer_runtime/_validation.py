@@ -33,7 +33,8 @@ import time
 import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from concurrent.futures import Future
+from concurrent.futures import FIRST_COMPLETED, Future
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -493,9 +494,6 @@ class ThreadValidationDispatcher(BaseValidationDispatcher):
         return future
 
     def _poll(self, jobs: list[_Job], timeout: float) -> list[tuple[_Job, Any, str | None]]:
-        from concurrent.futures import FIRST_COMPLETED
-        from concurrent.futures import wait as wait_futures
-
         by_future = {job.handle: job for job in jobs}
         done, _ = wait_futures(list(by_future), timeout=timeout, return_when=FIRST_COMPLETED)
         out: list[tuple[_Job, Any, str | None]] = []

@@ -12,6 +12,7 @@ Two interfaces, both passed as ``RunConfig(callbacks=[...])`` and run on the dri
 
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -94,8 +95,6 @@ class Callback:
 
 def call_all(callbacks: list[Any], hook: str, *args: Any, **kwargs: Any) -> None:
     """Call ``hook`` on every callback that has it; a failing callback is logged, never fatal."""
-    import logging
-
     for cb in callbacks:
         method = getattr(cb, hook, None)
         if method is None:

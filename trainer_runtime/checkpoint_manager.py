@@ -41,6 +41,7 @@ from trainer_runtime._layout import COMMIT_MARKER, MANIFEST_FILE, round_of_defau
 from trainer_runtime.checkpoint import Checkpoint
 from trainer_runtime.config import CheckpointConfig
 from trainer_runtime.errors import UserConfigError
+from trainer_runtime.reported_checkpoint import ReportedCheckpoint, ReportedCheckpointStatus
 from trainer_runtime.storage import Storage, join_uri
 from trainer_runtime.storage.base import StoredFile, describe_error
 
@@ -322,8 +323,6 @@ class CheckpointManager:
     def reported_checkpoints(self) -> list[Any]:
         """``get_all_reported_checkpoints()``'s answer: a ``ReportedCheckpoint`` per kept
         checkpoint, in :meth:`reported_order` (a lost validation reads ``VALIDATION_FAILED``)."""
-        from trainer_runtime.reported_checkpoint import ReportedCheckpoint, ReportedCheckpointStatus
-
         statuses = {
             CheckpointStatus.COMMITTED: ReportedCheckpointStatus.COMMITTED,
             CheckpointStatus.PENDING_VALIDATION: ReportedCheckpointStatus.PENDING_VALIDATION,

@@ -11,10 +11,19 @@ import datetime as _dt
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-if TYPE_CHECKING:
-    from trainer_runtime.tpu import TpuSliceShape
+from trainer_runtime.callbacks import Callback, UserCallback
+from trainer_runtime.checkpoint import CheckpointUploadMode
+from trainer_runtime.storage import join_uri, validate_storage_uri
+from trainer_runtime.tpu import (
+    TpuSliceShape,
+    infer_num_slices,
+    slice_shape,
+    tpu_worker_resources,
+    validate_single_host_tpu,
+    validate_tpu_scaling,
+)
 
 _PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
@@ -93,15 +102,11 @@ class ScalingConfig:
                 f"{self.num_slices!r}"
             )
         if self.use_tpu and self.topology is None and self.num_workers <= 1:
-            from trainer_runtime.tpu import validate_single_host_tpu
-
             validate_single_host_tpu(
                 self.accelerator_type, self.num_slices, self.resources_per_worker
             )
             self.num_slices = 1
         elif self.use_tpu:
-            from trainer_runtime.tpu import infer_num_slices, validate_tpu_scaling
-
             self.num_slices = infer_num_slices(
                 self.num_workers, self.accelerator_type, self.topology, self.num_slices
             )
@@ -173,7 +178,6 @@ class ScalingConfig:
         """The shape of one TPU slice (hosts, chips per host, pod type), or None without TPUs."""
         if not self.use_tpu or self.topology is None:
             return None  # no TPU, or a single TPU host (no slice to reserve)
-        from trainer_runtime.tpu import slice_shape
 
         assert self.topology is not None and self.accelerator_type is not None
         return slice_shape(self.accelerator_type, self.topology)
@@ -186,8 +190,6 @@ class ScalingConfig:
         """
         shape = self.tpu_shape
         if shape is not None:
-            from trainer_runtime.tpu import tpu_worker_resources
-
             return tpu_worker_resources(shape, self.resources_per_worker)
         if self.resources_per_worker is not None:
             resources = {
@@ -470,7 +472,6 @@ class RunConfig:
                 "RunConfig.storage_filesystem must be a pyarrow.fs.FileSystem, got "
                 f"{type(self.storage_filesystem).__name__}"
             )
-        from trainer_runtime.storage import validate_storage_uri
 
         self.storage_path = validate_storage_uri(
             self.storage_path, field="RunConfig.storage_path", filesystem=self.storage_filesystem
@@ -479,7 +480,6 @@ class RunConfig:
         self.checkpoint_config = self.checkpoint_config or CheckpointConfig()
         self.validation_config = self.validation_config or ValidationConfig()
         self.callbacks = list(self.callbacks or [])
-        from trainer_runtime.callbacks import Callback, UserCallback
 
         for callback in self.callbacks:
             if not isinstance(callback, Callback | UserCallback):
@@ -495,8 +495,6 @@ class RunConfig:
                 f"got {type(self.worker_runtime_env).__name__}"
             )
         if self.checkpoint_upload_mode is not None:
-            from trainer_runtime.checkpoint import CheckpointUploadMode
-
             self.checkpoint_upload_mode = CheckpointUploadMode.parse(
                 self.checkpoint_upload_mode
             ).value
@@ -504,8 +502,6 @@ class RunConfig:
     @property
     def run_path(self) -> str:
         """The run folder: ``<storage_path>/<name>``."""
-        from trainer_runtime.storage import join_uri
-
         assert self.storage_path is not None and self.name is not None
         return join_uri(self.storage_path, self.name)
 

@@ -6,7 +6,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from trainer_runtime._controller import RunSpec
+from trainer_runtime._controller import RayController, RunSpec
+from trainer_runtime._local import LocalController
 from trainer_runtime.backend import Backend
 from trainer_runtime.config import RunConfig, ScalingConfig, ValidationConfig
 from trainer_runtime.result import Result
@@ -72,12 +73,8 @@ class DataParallelTrainer:
         """Run training to completion (resuming from the run folder's latest checkpoint)."""
         spec = self._spec()
         if self.scaling_config.local_mode:
-            from trainer_runtime._local import LocalController
-
             return LocalController(spec).run()
         return self._ray_controller(spec).run()
 
     def _ray_controller(self, spec: RunSpec) -> Any:
-        from trainer_runtime._controller import RayController
-
         return RayController(spec)

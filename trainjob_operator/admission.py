@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from trainjob_operator.api.errors import ManifestError
 from trainjob_operator.api.manifest import parse_trainjob
 from trainjob_operator.api.trainjob import TrainJob
-from trainjob_operator.render.options import DEFAULT_ALLOWED_VOLUME_TYPES
+from trainjob_operator.render.options import DEFAULT_ALLOWED_VOLUME_TYPES, render_options_from_env
 from trainjob_operator.render.pod_template import validate_pod_template
 
 if TYPE_CHECKING:  # kopf is imported when a server starts: trainjob validate does without it
@@ -147,7 +147,6 @@ class AdmissionServer:
             raise WebhookCertificateError(
                 f"--webhook-cert-dir {folder}: {problem} ({reason}; {fix})"
             ) from None
-        from trainjob_operator.render.options import render_options_from_env
 
         allowed = render_options_from_env().allowed_volume_types
         watched = None if namespaces is None else frozenset(namespaces)

@@ -22,6 +22,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from trainjob_operator import leader
+from trainjob_operator.admission import pod_template_problems
+from trainjob_operator.api.crd import render_crd_yaml
+from trainjob_operator.api.manifest import load_documents
+
 __all__ = ["build_parser", "main"]
 
 EXIT_OK = 0
@@ -33,9 +38,6 @@ EXIT_INVALID = 2
 
 
 def _validate_command(args: argparse.Namespace) -> int:
-    from trainjob_operator.admission import pod_template_problems
-    from trainjob_operator.api.manifest import load_documents
-
     out: TextIO = sys.stdout
     failed = False
     for manifest in args.manifests:
@@ -65,8 +67,6 @@ def _validate_command(args: argparse.Namespace) -> int:
 
 
 def _crd_command(args: argparse.Namespace) -> int:
-    from trainjob_operator.api.crd import render_crd_yaml
-
     sys.stdout.write(render_crd_yaml())
     return EXIT_OK
 
@@ -187,7 +187,6 @@ def _add_operator_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser
         help="folder with the webhook's tls.crt and tls.key (default: %(default)s)",
     )
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
-    from trainjob_operator import leader  # standard library and kube.py only
 
     leader.add_arguments(parser)
     parser.set_defaults(

@@ -74,6 +74,7 @@ from trainjob_operator.leader import (
 from trainjob_operator.pod_watch import pod_watches
 from trainjob_operator.reconcile.apply import Renderer, reconcile_trainjob
 from trainjob_operator.reconcile.fingerprint import trainjob_fingerprint
+from trainjob_operator.render import render_options_from_env, renderer_for
 
 logger = logging.getLogger("trainjob_operator")
 
@@ -107,8 +108,6 @@ def default_renderer() -> Renderer:
     Raises:
         ValueError: naming the variable, when one of them is not valid (read at startup).
     """
-    from trainjob_operator.render import render_options_from_env, renderer_for
-
     return renderer_for(render_options_from_env())
 
 

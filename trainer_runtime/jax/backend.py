@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -92,8 +93,6 @@ def _initialize_distributed(
 
 def _shutdown_distributed() -> None:
     """Runs in each worker: leave the ``jax.distributed`` job if this process joined one."""
-    import sys
-
     if "jax" not in sys.modules:  # never imported here: nothing was initialised
         return
     import jax

@@ -6,6 +6,9 @@ import threading
 from typing import Any
 
 from trainer_runtime.storage.base import Storage, is_gcs_uri, uri_scheme
+from trainer_runtime.storage.gcs import GCSStorage
+from trainer_runtime.storage.local import LocalStorage
+from trainer_runtime.storage.pyarrow_fs import PyArrowStorage, filesystem_from_uri
 
 _lock = threading.Lock()
 _backends: dict[str, Storage] = {}
@@ -26,7 +29,6 @@ def get_storage(uri: str, filesystem: Any = None) -> Storage:
             for fs, known in _custom:
                 if fs is filesystem:
                     return known
-            from trainer_runtime.storage.pyarrow_fs import PyArrowStorage
 
             custom = PyArrowStorage(filesystem)
             _custom.append((filesystem, custom))
@@ -44,17 +46,11 @@ def get_storage(uri: str, filesystem: Any = None) -> Storage:
             return cached
         backend: Storage
         if kind == "gcs":
-            from trainer_runtime.storage.gcs import GCSStorage
-
             backend = GCSStorage()
         elif scheme is not None:
-            from trainer_runtime.storage.pyarrow_fs import PyArrowStorage, filesystem_from_uri
-
             fs, _ = filesystem_from_uri(kind)
             backend = PyArrowStorage(fs, scheme=scheme)
         else:
-            from trainer_runtime.storage.local import LocalStorage
-
             backend = LocalStorage()
         _backends[kind] = backend
         return backend

@@ -9,11 +9,11 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
 
+from trainer_runtime import _session
+
 
 def _world() -> tuple[int, int, int]:
     """(world rank, world size, local rank) of this worker."""
-    from trainer_runtime import _session
-
     if _session.has_session():
         ctx = _session.get_session("prepare_model").context
         return ctx.world_rank, ctx.world_size, ctx.local_rank

@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from trainer_runtime.checkpoint_manager import CheckpointRecord
+from trainer_runtime.errors import PreemptionError, TrainingFailedError
 from trainjob_operator.api.errors import ManifestError
 from trainjob_operator.api.manifest import parse_trainjob
 from trainjob_operator.api.trainjob import TrainJob
@@ -162,7 +163,6 @@ def main() -> int:
     import ray
 
     ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), log_to_driver=True)
-    from trainer_runtime.errors import PreemptionError, TrainingFailedError
 
     start = time.monotonic()
     error: BaseException | None = None

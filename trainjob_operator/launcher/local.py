@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from trainer_runtime.errors import TrainerRuntimeError
 from trainjob_operator.api.errors import ManifestError
 from trainjob_operator.api.manifest import load_trainjobs
 from trainjob_operator.constants import API_VERSION, KIND
@@ -321,7 +322,6 @@ def _run(
         f"{plan.storage_path}"
     )
     display.start()
-    from trainer_runtime.errors import TrainerRuntimeError
 
     sink: WorkerLogSink | None = None
     error: BaseException | None = None

@@ -7,6 +7,7 @@ the API server, ``trainjob run`` prints it and its progress display reads it.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import math
 import threading
@@ -91,8 +92,6 @@ class StatusTracker(Callback):
 
     def snapshot(self) -> dict[str, Any]:
         """A copy of the current status."""
-        import copy
-
         with self._lock:
             return copy.deepcopy(self.status)
 

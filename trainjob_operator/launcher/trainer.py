@@ -16,7 +16,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer_runtime import (
+    CheckpointConfig,
+    FailureConfig,
+    RunConfig,
+    ScalingConfig,
+    ValidationConfig,
+)
 from trainer_runtime.callbacks import Callback
+from trainer_runtime.config import VALIDATION_RESOURCE
 from trainjob_operator.api.fields import split_entrypoint
 from trainjob_operator.api.trainjob import TrainJob
 
@@ -156,15 +164,6 @@ def build_trainer(plan: RunPlan, callbacks: list[Callback], *, forward_env: bool
     ``worker_env`` becomes would keep Ray from giving the worker actors the processes the
     pods' raylets prestarted (:func:`trainjob_operator.render.ray.worker_prestart_env`).
     """
-    from trainer_runtime import (
-        CheckpointConfig,
-        FailureConfig,
-        RunConfig,
-        ScalingConfig,
-        ValidationConfig,
-    )
-    from trainer_runtime.config import VALIDATION_RESOURCE
-
     spec = plan.job.spec
     validation = spec.validation
     upload_mode = {"async": "async", "sync": "sync", "none": "no_upload"}[

@@ -28,6 +28,12 @@ from trainjob_operator.constants import (
 )
 from trainjob_operator.render.names import check_dns_label, head_address, headless_service_name
 from trainjob_operator.render.options import RenderOptions
+from trainjob_operator.render.placement import (
+    driver_placement,
+    head_placement,
+    validation_placement,
+    worker_placement,
+)
 from trainjob_operator.render.pod_template import PodTemplateOverrides, parse_pod_template
 
 if TYPE_CHECKING:
@@ -97,15 +103,11 @@ class RenderContext:
     @cached_property
     def head_placement(self) -> Placement:
         """Where the Ray head runs and what it gets."""
-        from trainjob_operator.render.placement import head_placement
-
         return head_placement(self)
 
     @cached_property
     def worker_placement(self) -> Placement:
         """Where every worker runs and what it gets (a TPU slice adds its affinity)."""
-        from trainjob_operator.render.placement import worker_placement
-
         return worker_placement(self)
 
     @cached_property
@@ -115,15 +117,11 @@ class RenderContext:
         Raises:
             ValueError: when ``pool.nodeSelector`` contradicts ``pool.spot``.
         """
-        from trainjob_operator.render.placement import validation_placement
-
         return validation_placement(self)
 
     @cached_property
     def driver_placement(self) -> Placement:
         """Where the driver runs and what it gets."""
-        from trainjob_operator.render.placement import driver_placement
-
         return driver_placement(self)
 
     @cached_property
