@@ -20,9 +20,9 @@ inside a function included).
 The layers: every module of the runtime belongs to one of :data:`RUNTIME_LAYERS` and imports
 only from its own layer or lower ones, whether at module level, for types only or inside a
 function (one documented exception: :data:`TYPE_ONLY_UPWARD`); ``trainer_runtime.errors`` is a
-leaf and storage owns its own errors. The reconcile package's modules follow
-:data:`RECONCILE_LAYERS`. Inside functions only optional heavy dependencies are imported
-(:data:`LAZY_ALLOWED`), in both packages.
+leaf and storage owns its own errors. The operator's parts follow :data:`OPERATOR_LAYERS`,
+and the reconcile package's modules :data:`RECONCILE_LAYERS`. Inside functions only optional
+heavy dependencies are imported (:data:`LAZY_ALLOWED`), in both packages.
 """
 
 from __future__ import annotations
@@ -243,6 +243,19 @@ RUNTIME_LAYERS: tuple[tuple[str, ...], ...] = (
     ("torch", "jax"),
     ("",),  # the package itself: its public API
 )
+#: The operator package's parts, lowest first (the launcher sits beside the renderers: it uses
+#: the API, the constants and the REST client, see LAUNCHER_MAY_IMPORT).
+OPERATOR_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("constants", "tpu_topology"),
+    ("api",),
+    ("kube",),
+    ("render", "launcher"),
+    ("reconcile",),
+    ("pod_watch", "leader", "admission"),
+    ("operator_main",),
+    ("cli", "__main__"),
+    ("",),
+)
 #: The reconcile package's modules, lowest first (the order its docstring gives).
 RECONCILE_LAYERS: tuple[tuple[str, ...], ...] = (
     ("transitions",),
@@ -357,6 +370,10 @@ def _layer_violations(package: str, layers: tuple[tuple[str, ...], ...]) -> list
 
 def test_the_runtime_layers_point_down() -> None:
     assert not _layer_violations("trainer_runtime", RUNTIME_LAYERS)
+
+
+def test_the_operator_layers_point_down() -> None:
+    assert not _layer_violations("trainjob_operator", OPERATOR_LAYERS)
 
 
 def test_the_reconcile_modules_point_down() -> None:
