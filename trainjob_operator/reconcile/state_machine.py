@@ -106,6 +106,9 @@ INVALID_SPEC_MESSAGE_LIMIT = 2000
 STARTUP_MESSAGE_LIMIT = 2000
 
 
+# ---------------------------------------------------------------------- one reconcile in the making
+
+
 @dataclass
 class Reconcile:
     """One reconcile in the making: its inputs, and the plan the steps fill in.
@@ -288,6 +291,9 @@ class Reconcile:
         return ("Pod", name) in self.plan.delete
 
 
+# --------------------------------------------------------------------------- the steps
+
+
 def check_created_if_needed(r: Reconcile) -> Done:
     """A TrainJob seen for the first time gets the Created condition and Event."""
     if r.status.condition(ConditionType.CREATED) is None:
@@ -323,7 +329,7 @@ def check_ttl_if_needed(r: Reconcile) -> Done:
     return False
 
 
-def check_suspend_if_needed(r: Reconcile) -> bool:
+def check_suspend_if_needed(r: Reconcile) -> Done:
     """``spec.suspend``: tear the cluster down (checkpoints are kept) and be Suspended."""
     if not r.job.spec.suspend:
         return False
@@ -361,7 +367,7 @@ def check_stale_pods_if_needed(r: Reconcile) -> Done:
     return False
 
 
-def check_driver_if_needed(r: Reconcile) -> bool:
+def check_driver_if_needed(r: Reconcile) -> Done:
     """The driver decides: it succeeded (the job succeeded), it exited with the invalid-input
     status (the job fails at once), or it failed otherwise (a whole-cluster restart)."""
     for driver in r.by_role.get("driver", []):
@@ -381,7 +387,7 @@ def check_driver_if_needed(r: Reconcile) -> bool:
     return False
 
 
-def check_head_if_needed(r: Reconcile) -> bool:
+def check_head_if_needed(r: Reconcile) -> Done:
     """A Ray head that ended restarts the whole cluster."""
     for head in r.by_role.get("head", []):
         if pod_done(head):
@@ -389,7 +395,7 @@ def check_head_if_needed(r: Reconcile) -> bool:
     return False
 
 
-def check_disrupted_pods_if_needed(r: Reconcile) -> bool:
+def check_disrupted_pods_if_needed(r: Reconcile) -> Done:
     """A head or driver pod that Kubernetes is taking away (a ``DisruptionTarget``
     condition: preemption, eviction, drain, its node gone) restarts the cluster now, before
     it is gone; by default (:data:`DEFAULT_FAILURE_RULES`) not counted against
@@ -401,7 +407,7 @@ def check_disrupted_pods_if_needed(r: Reconcile) -> bool:
     return False
 
 
-def check_lost_pods_if_needed(r: Reconcile) -> bool:
+def check_lost_pods_if_needed(r: Reconcile) -> Done:
     """A Running job whose head or driver pod disappeared restarts the whole cluster."""
     if not r.by_role.get("head") or not r.by_role.get("driver"):
         return r.restart(Reason.HEAD_OR_DRIVER_LOST, "the Ray head or driver pod disappeared")
@@ -413,7 +419,7 @@ def _seconds_since_start(r: Reconcile) -> float | None:
     return (r.now - started).total_seconds() if started is not None else None
 
 
-def check_deadlines_if_needed(r: Reconcile) -> bool:
+def check_deadlines_if_needed(r: Reconcile) -> Done:
     """``activeDeadlineSeconds`` and ``startupDeadlineSeconds`` fail the job when passed.
 
     ``startTime``: when this run's pods were first created (reset by suspend/resume), as for
@@ -578,7 +584,7 @@ def _spec_changed_since_created(r: Reconcile, pod: dict[str, Any]) -> bool:
     return str(recorded) != str(r.generation)
 
 
-def check_restart_backoff_if_needed(r: Reconcile) -> bool:
+def check_restart_backoff_if_needed(r: Reconcile) -> Done:
     """Restarting: the next attempt's pods wait until ``status.nextAttemptTime``
     (``failure.restartBackoff``); the plan asks to be called back then. Once due, the time
     is cleared and the pods are created."""
