@@ -253,7 +253,7 @@ OPERATOR_LAYERS: tuple[tuple[str, ...], ...] = (
     ("reconcile",),
     ("pod_watch", "leader", "admission"),
     ("operator_main",),
-    ("cli", "__main__"),
+    ("cli", "manifest_cli", "__main__"),
     ("",),
 )
 #: The reconcile package's modules, lowest first (the order its docstring gives).

@@ -8,9 +8,10 @@ Subcommands:
   :mod:`trainjob_operator.launcher.local`);
 - ``trainjob operator``: run the operator (implemented in :mod:`trainjob_operator.operator_main`).
 
-``run`` and ``operator`` import their implementation lazily so that ``validate`` and ``crd`` stay
-fast and work without Ray, kopf or a cluster. Each implementation is a function
-``(args: argparse.Namespace) -> int``.
+Every subcommand's implementation is imported when it runs (``validate`` and ``crd`` from
+:mod:`trainjob_operator.manifest_cli`), not at the top of this module: ``trainjob --help``
+loads no API models, and ``validate`` and ``crd`` work without Ray, kopf or a cluster. Each
+implementation is a function ``(args: argparse.Namespace) -> int``.
 """
 
 from __future__ import annotations
@@ -19,13 +20,8 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import TextIO
 
 from trainjob_operator import leader
-from trainjob_operator.admission import pod_template_problems
-from trainjob_operator.api.crd import render_crd_yaml
-from trainjob_operator.api.manifest import load_documents
 
 __all__ = ["build_parser", "main"]
 
@@ -34,44 +30,7 @@ EXIT_INVALID = 2
 """Exit status for invalid manifests, usage errors and unavailable subcommands."""
 
 
-# --------------------------------------------------------------------------- validate / crd
-
-
-def _validate_command(args: argparse.Namespace) -> int:
-    out: TextIO = sys.stdout
-    failed = False
-    for manifest in args.manifests:
-        try:
-            docs = load_documents(manifest if manifest == "-" else Path(manifest))
-        except (OSError, UnicodeDecodeError) as exc:
-            print(f"{manifest}: cannot read: {getattr(exc, 'strerror', None) or exc}", file=out)
-            failed = True
-            continue
-        if not docs:
-            print(f"{manifest}: no TrainJob document found", file=out)
-            failed = True
-            continue
-        multi = len(docs) > 1
-        for doc in docs:
-            where = f"{manifest}#{doc.index + 1}" if multi else manifest
-            problems = pod_template_problems(doc.trainjob) if doc.trainjob else []
-            if doc.ok and doc.trainjob is not None and not problems:
-                job = doc.trainjob
-                if not args.quiet:
-                    print(f"OK {where} ({job.kind}/{job.metadata.name})", file=out)
-                continue
-            failed = True
-            for line in [e.format() for e in doc.errors] + problems:
-                print(f"{where}: {line}", file=out)
-    return EXIT_INVALID if failed else EXIT_OK
-
-
-def _crd_command(args: argparse.Namespace) -> int:
-    sys.stdout.write(render_crd_yaml())
-    return EXIT_OK
-
-
-# --------------------------------------------------------------------------- run / operator
+# --------------------------------------------------------------------------- subcommands
 # Implemented elsewhere; imported only when the subcommand runs.
 
 
@@ -216,14 +175,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     validate.add_argument("manifests", nargs="+", metavar="MANIFEST", help="YAML file or '-'")
     validate.add_argument("--quiet", "-q", action="store_true", help="print only problems")
-    validate.set_defaults(func=_validate_command)
+    validate.set_defaults(
+        func=_lazy("trainjob_operator.manifest_cli:validate_command", "validate", "")
+    )
 
     crd = sub.add_parser(
         "crd",
         help="print the TrainJob CustomResourceDefinition",
         description="Print the TrainJob CRD YAML (pipe it to 'kubectl apply -f -').",
     )
-    crd.set_defaults(func=_crd_command)
+    crd.set_defaults(func=_lazy("trainjob_operator.manifest_cli:crd_command", "crd", ""))
 
     _add_run_parser(sub)
     _add_operator_parser(sub)
