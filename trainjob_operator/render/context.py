@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from trainjob_operator.api.tpu import TpuSliceShape
 from trainjob_operator.api.trainjob import TrainJob
@@ -26,18 +26,11 @@ from trainjob_operator.constants import (
     ROLE_LABEL,
     TERMINATION_GRACE_ENV,
 )
+from trainjob_operator.render import placement as placements
 from trainjob_operator.render.names import check_dns_label, head_address, headless_service_name
 from trainjob_operator.render.options import RenderOptions
-from trainjob_operator.render.placement import (
-    driver_placement,
-    head_placement,
-    validation_placement,
-    worker_placement,
-)
+from trainjob_operator.render.placement import Placement
 from trainjob_operator.render.pod_template import PodTemplateOverrides, parse_pod_template
-
-if TYPE_CHECKING:
-    from trainjob_operator.render.placement import Placement
 
 __all__ = [
     "RenderContext",
@@ -103,12 +96,12 @@ class RenderContext:
     @cached_property
     def head_placement(self) -> Placement:
         """Where the Ray head runs and what it gets."""
-        return head_placement(self)
+        return placements.head_placement(self)
 
     @cached_property
     def worker_placement(self) -> Placement:
         """Where every worker runs and what it gets (a TPU slice adds its affinity)."""
-        return worker_placement(self)
+        return placements.worker_placement(self)
 
     @cached_property
     def validation_placement(self) -> Placement:
@@ -117,12 +110,12 @@ class RenderContext:
         Raises:
             ValueError: when ``pool.nodeSelector`` contradicts ``pool.spot``.
         """
-        return validation_placement(self)
+        return placements.validation_placement(self)
 
     @cached_property
     def driver_placement(self) -> Placement:
         """Where the driver runs and what it gets."""
-        return driver_placement(self)
+        return placements.driver_placement(self)
 
     @cached_property
     def owner_reference(self) -> dict[str, Any]:
