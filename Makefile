@@ -1,12 +1,14 @@
 # The two set-up commands the README documents:
 #   make demo   install, then run the example TrainJob on this machine
-#   make test   install, then lint, type-check and run the whole test suite
+#   make test   install, then lint, type-check and run the whole test suite (tests/suite.py: the
+#               tiers unit, ray, k8s and node, provisioning in the background)
+# Extras: make test-quick (lint, types and the unit tier: the inner loop), make docs.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: demo test install install-test test-tools lint typecheck pytest docs clean
+.PHONY: demo test test-quick install install-test test-tools lint typecheck docs clean
 
 $(VENV)/.installed-demo: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,14 +47,15 @@ lint: install-test
 typecheck: install-test
 	$(VENV)/bin/mypy
 
-pytest: install-test test-tools
-	$(PY) -m pytest
+test: install-test test-tools
+	$(PY) -m tests.suite
 
-test: lint typecheck pytest
+test-quick: install-test
+	$(PY) -m tests.suite --quick
 
 # The docs site into site/, warnings as errors (broken links and anchors fail).
 docs: install-test
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .test-logs

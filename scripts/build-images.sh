@@ -13,7 +13,7 @@
 #
 # Containers do not inherit this machine's pip configuration (its CA bundle, index and wheel
 # folders), so the Python packages come from a wheelhouse built here with this machine's pip
-# (`pip wheel`, cached in $CACHE/wheelhouse/<hash of pyproject.toml>) and mounted into the build
+# (`pip wheel`, cached in $CACHE/wheelhouse/<hash of pyproject.toml's requirements>) and mounted into the build
 # with a pip.conf that says `no-index` (mounted as /etc/pip.conf for the RUN steps only: nothing
 # of it stays in the images). With --jax it also holds jax and jaxlib at the Dockerfile's
 # JAX_VERSION.
@@ -21,7 +21,10 @@
 # Cached: each image's tag is a hash of everything that goes into it (the build context files,
 # the Dockerfile, build arguments, the base image's ID, the wheelhouse's file names); an image
 # whose docker-archive $CACHE/images/<name>-<tag>.tar exists is not built again. The archives
-# are what the node's containerd imports (`ctr images import`).
+# are what the node's containerd imports (`ctr images import`). A build after a change of the
+# code reuses podman's cached layers of the dependencies (the Dockerfile installs them from the
+# requirement lists alone, in the stages the images are built on), so it takes seconds, not the
+# minutes of installing Ray and torch.
 #
 # Usage: scripts/build-images.sh [--jax] [--python PY]
 #   PY: the Python whose pip builds the wheelhouse (default: .venv/bin/python, else python3).
@@ -74,7 +77,13 @@ mv "$conf.new" "$conf"
 export CONTAINERS_CONF="$conf"
 
 # --- the wheelhouse ----------------------------------------------------------------------------
-wheelhouse="$CACHE_DIR/wheelhouse/$(cat "$REPO/pyproject.toml" | sha256sum | cut -c1-12)"
+# Keyed by pyproject.toml's requirements (as the Dockerfile's install layers are), not by the whole
+# file: a change elsewhere in it (pytest's settings, the version) reuses the wheels.
+requirements_key="$("$PY" -c 'import json, sys, tomllib
+p = tomllib.load(open(sys.argv[1], "rb"))["project"]
+print(json.dumps([p["dependencies"], p["optional-dependencies"]], sort_keys=True))' \
+    "$REPO/pyproject.toml" | sha256sum | cut -c1-12)"
+wheelhouse="$CACHE_DIR/wheelhouse/$requirements_key"
 # Each entry: the requirements of one `pip wheel` (space-separated).
 # The runtime's google-cloud-storage is the version the Dockerfile pins (its GCS_VERSION):
 # the package's range alone lets pip here take a newer release than the build installs, and
@@ -86,7 +95,7 @@ if [[ "$WITH_JAX" == 1 ]]; then
     extras+=(".[jax] jax==$(dockerfile_arg JAX_VERSION)")
 fi
 mkdir -p "$wheelhouse"
-# Wheelhouses of other pyproject.toml versions are of no further use.
+# Wheelhouses of other requirements are of no further use.
 find "$CACHE_DIR/wheelhouse" -mindepth 1 -maxdepth 1 -type d ! -path "$wheelhouse" \
     -exec rm -rf {} +
 for spec in "${extras[@]}"; do

@@ -1,6 +1,13 @@
 """Shared fixtures: a real fake-gcs-server and a real local Ray cluster.
 
 Both are session-scoped: each starts once and is shared by the tests that ask for it.
+
+Every test is marked by what it needs (:func:`pytest_collection_modifyitems`), which is how
+``tests/suite.py`` splits the suite into tiers: ``ray`` for a test that uses the session's
+Ray cluster, ``k8s`` for one that uses kube-apiserver (``envtest``), ``node`` for the real node;
+a test that starts Ray, Kubernetes or a slow process some other way carries its marker itself
+(``slow``: a test of more than a few seconds that needs none of them). The ``unit`` tier (and
+``make test-quick``) is what is left.
 """
 
 from __future__ import annotations
@@ -28,6 +35,59 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 )
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+
+MARKER_OF_FIXTURE = {
+    "ray_cluster": "ray",
+    "envtest": "k8s",
+    "node_provisioned": "node",
+}
+"""A test that uses one of these fixtures (directly or through another) gets that marker."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test by what it needs, before ``-m`` selects."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        for fixture, marker in MARKER_OF_FIXTURE.items():
+            if fixture in names and item.get_closest_marker(marker) is None:
+                item.add_marker(marker)
+
+
+XDIST_SPREAD_MODULES = frozenset(
+    {
+        "tests/api/test_malformed_manifests.py",
+        "tests/compat/test_differential.py",
+        "tests/faults/test_misuse.py",
+        "tests/faults/test_preemption_ray_node.py",
+        "tests/runtime/test_jax_trainer.py",
+        "tests/runtime/test_ray_train_api.py",
+        "tests/runtime/test_torch_trainer.py",
+        "tests/runtime/test_validation.py",
+        "tests/test_cli_run.py",
+    }
+)
+"""Under pytest-xdist (``tests/suite.py``'s ray tier), the tests of these modules go to the
+workers one by one: they are long and share nothing but session fixtures. Every other module's
+tests stay together on one worker, so that its module-scoped fixtures (a fake TPU cluster, an
+operator) start once."""
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Schedule by module, except the modules of :data:`XDIST_SPREAD_MODULES` (by test).
+
+    xdist's own ``--dist loadgroup`` renames items to group them, which pytest 9 no longer
+    allows (a node's id is derived, not stored), so the grouping is the scheduler's."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return nodeid if module in XDIST_SPREAD_MODULES else module
+
+    return ModuleScheduling(config, log)
 
 
 @pytest.fixture(scope="session")

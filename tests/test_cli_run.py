@@ -80,6 +80,7 @@ def test_quickstart_runs_on_embedded_ray_with_validation(tmp_path: Path) -> None
     assert (run / "checkpoint_manifest.json").exists()
 
 
+@pytest.mark.slow  # trainjob run in a child process
 def test_local_mode_override_runs_in_one_process(tmp_path: Path) -> None:
     proc = _trainjob("run", str(_manifest(tmp_path)), "--num-workers", "0")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -92,6 +93,7 @@ def test_local_mode_override_runs_in_one_process(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "num_workers", ["0", pytest.param("2", marks=pytest.mark.ray, id="ray-workers")]
 )
+@pytest.mark.slow  # trainjob run in a child process
 def test_training_failure_exits_1_with_failed_status(tmp_path: Path, num_workers: str) -> None:
     manifest = _manifest(tmp_path, entrypoint="tests.test_cli_run:failing_train")
     out = str(tmp_path / "s.yaml")
@@ -135,6 +137,7 @@ def test_training_failure_exits_1_with_failed_status(tmp_path: Path, num_workers
         ),
     ],
 )
+@pytest.mark.slow  # trainjob run in a child process
 def test_bad_manifests_exit_2_with_one_clear_line_and_start_nothing(
     tmp_path: Path, mutate: Any, expected: str
 ) -> None:

@@ -294,6 +294,7 @@ def test_validate(case: Case, tmp_path: Path) -> None:
     assert output.startswith(f"{path}: ")  # every line names the file, then the problem
 
 
+@pytest.mark.slow  # trainjob run in a child process per case
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_run(case: Case, tmp_path: Path) -> None:
     path = _write(tmp_path, case)

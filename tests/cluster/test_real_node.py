@@ -5,8 +5,13 @@ installed with Helm's SDK (the CRD, the operator's RBAC, its Deployment: the ope
 its own container with its ServiceAccount's token), fake-gcs-server runs in the cluster behind
 a Service, the scheduler places the pods, the kubelet runs them in containerd, pods find each
 other through Services and cluster DNS, and Ray, torch gloo DDP, JAX (``jax.distributed`` in
-the Dockerfile's JAX variant), checkpoints and validations run inside the containers. The tests
-share one node and one Helm release; each test uses a namespace of its own.
+the Dockerfile's JAX variant), checkpoints and validations run inside the containers.
+
+The scenarios share one node and one Helm release and run at the same time, each in a namespace
+of its own (:mod:`tests.support.concurrent`): they mostly wait (on pods starting, on a deadline,
+on a grace period), and their pods ask for tenths of a CPU, so the node holds several at once.
+Each is still a test of its own: ``test_scenario[NAME]`` fails with its scenario's traceback
+and a dump of its namespace (the TrainJob, pods, Events, logs, the operator's log).
 """
 
 from __future__ import annotations
@@ -18,12 +23,14 @@ import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import pytest
 import yaml
 from kubernetes import client as k8s_client
 
+from tests.cluster.conftest import JAX_IMAGE
+from tests.support.concurrent import RunningScenarios, ScenarioSet
 from tests.support.node import Image, Node
 from tests.support.waiting import wait_for
 from trainer_runtime.checkpoint import COMMIT_MARKER
@@ -40,6 +47,16 @@ OPERATOR_NAMESPACE = "trainjob-system"
 STORAGE_NAMESPACE = "trainjob-storage"
 GCS_PORT = 4443
 GCS_HOST = f"fake-gcs.{STORAGE_NAMESPACE}.svc.cluster.local"
+DRIVER_RESOURCES = {"cpu": "50m", "memory": "512Mi"}
+"""The chart's ``defaults.driver.resources`` here: the built-in 1 CPU would let one job at a
+time onto the 2-core node; the driver only drives (the workers train)."""
+POD_CPU = "50m"
+"""What the head, each worker and each validation pod ask for: a job asks for 250m in all, so
+the node holds the scenarios that run at once (the kubelet does not throttle: cpuCFSQuota is off,
+and Ray still advertises at least 1 CPU per pod)."""
+MAX_SCENARIOS_AT_ONCE = 3
+"""Scenarios running together: each job's pods take about 2 GiB of memory and, while they start,
+most of a core."""
 
 T = TypeVar("T")
 
@@ -88,25 +105,28 @@ class Cluster:
     def pods(self, namespace: str) -> dict[str, k8s_client.V1Pod]:
         return {p.metadata.name: p for p in self.core.list_namespaced_pod(namespace).items}
 
-    def dump(self, namespace: str) -> None:
-        """What a failing test shows: the TrainJob, pods, events and logs."""
+    def dump(self, namespace: str) -> str:
+        """What a failing scenario shows: the TrainJob, pods, events and logs."""
         listing = self.node.kubectl(
             "get", "tj,pods,svc", "-n", namespace, "-o", "wide", check=False
         )
-        print(listing.stdout)
+        parts = [listing.stdout]
         with contextlib.suppress(Exception):
-            print("status:", json.dumps(self.status(namespace), indent=1))
-        print(self.node.kubectl("get", "events", "-n", namespace, check=False).stdout[-6000:])
+            parts.append("status: " + json.dumps(self.status(namespace), indent=1))
+        parts.append(
+            self.node.kubectl("get", "events", "-n", namespace, check=False).stdout[-6000:]
+        )
         for pod in self.pods(namespace):
             for previous in ("--previous=true", "--previous=false"):
                 out = self.node.kubectl("logs", "-n", namespace, pod, previous, check=False)
                 if out.returncode == 0:
                     tail = "\n".join(out.stdout.splitlines()[-60:])
-                    print(f"----- {pod} {previous} -----\n{tail}")
+                    parts.append(f"----- {pod} {previous} -----\n{tail}")
         operator = self.node.kubectl(
             "logs", "-n", OPERATOR_NAMESPACE, f"deploy/{RELEASE}", "--tail=80", check=False
         )
-        print(f"----- operator -----\n{operator.stdout}{operator.stderr}")
+        parts.append(f"----- operator -----\n{operator.stdout}{operator.stderr}")
+        return "\n".join(parts)
 
 
 def _install_chart(node: Node, images: dict[str, Image]) -> None:
@@ -121,6 +141,7 @@ def _install_chart(node: Node, images: dict[str, Image]) -> None:
             {
                 "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
                 "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+                "defaults": {"driver": {"resources": DRIVER_RESOURCES}},
             },
             namespace=OPERATOR_NAMESPACE,
             create_namespace=True,
@@ -206,21 +227,45 @@ def cluster(node: Node, node_images: dict[str, Image]) -> Iterator[Cluster]:
         env.api.close()
 
 
-@pytest.fixture
-def namespace(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[str]:
+class Scene(NamedTuple):
+    """What a scenario gets: the cluster and a namespace of its own."""
+
+    cluster: Cluster
+    namespace: str
+
+
+SCENARIOS = ScenarioSet[Scene]()
+scenario = SCENARIOS.register
+
+
+@contextlib.contextmanager
+def in_a_namespace(cluster: Cluster, scenario_name: str) -> Iterator[Scene]:
+    """A new namespace for one scenario; on failure the error carries a dump of it; deleted
+    afterwards (the operator's finalizers run while the operator is there)."""
     name = f"real-{uuid.uuid4().hex[:8]}"
-    cluster.core.create_namespace({"metadata": {"name": name}})
+    cluster.core.create_namespace({"metadata": {"name": name, "labels": {"scenario": "yes"}}})
     try:
-        yield name
+        yield Scene(cluster, name)
+    except BaseException as error:
+        with contextlib.suppress(Exception):
+            error.add_note(f"----- namespace {name} ({scenario_name}) -----\n{cluster.dump(name)}")
+        raise
     finally:
-        report = getattr(request.node, "rep_call", None)
-        if report is None or report.failed:
-            with contextlib.suppress(Exception):
-                cluster.dump(name)
-        # The operator's finalizer runs while the operator is there; then the namespace goes.
         cluster.node.kubectl("delete", "tj", "--all", "-n", name, "--wait=false", check=False)
         with contextlib.suppress(k8s_client.ApiException):
             cluster.core.delete_namespace(name)
+
+
+@pytest.fixture(scope="module")
+def scenarios(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[RunningScenarios]:
+    """Every selected scenario of this module, started together, in the order they are
+    registered: the longest first, so that the short ones fill the gaps at the end."""
+    selected = set(SCENARIOS.selected(request.session, __name__))
+    names = [name for name in SCENARIOS.names() if name in selected]
+    with SCENARIOS.start(
+        names, lambda name: in_a_namespace(cluster, name), max_at_once=MAX_SCENARIOS_AT_ONCE
+    ) as running:
+        yield running
 
 
 def make_job(
@@ -235,12 +280,12 @@ def make_job(
     s = body["spec"]
     s["image"] = cluster.images["examples"].name
     s["config"].update(config)
-    s["scaling"]["resourcesPerWorker"] = {"cpu": "200m"}
-    s["validation"]["pool"]["resources"] = {"cpu": "200m"}
+    s["scaling"]["resourcesPerWorker"] = {"cpu": POD_CPU}
+    s["validation"]["pool"]["resources"] = {"cpu": POD_CPU}
     # The pool asks for GKE spot nodes by default (cloud.google.com/gke-spot); this node is not
     # one, and the quickstart's pod would stay Pending.
     s["validation"]["pool"]["spot"] = False
-    s["ray"] = {"head": {"resources": {"cpu": "100m"}}}
+    s["ray"] = {"head": {"resources": {"cpu": POD_CPU}}}
     s["storage"] = {"path": f"gs://{bucket}/runs"}
     s["env"] = [{"name": "STORAGE_EMULATOR_HOST", "value": f"http://{GCS_HOST}:{GCS_PORT}"}]
     s.update(spec)
@@ -275,57 +320,155 @@ def test_operator_runs_in_cluster_from_its_image(cluster: Cluster) -> None:
     assert crd.strip() == "customresourcedefinition.apiextensions.k8s.io/trainjobs.trainjob.dev"
 
 
-def test_quickstart_trains_to_success_in_containers(cluster: Cluster, namespace: str) -> None:
-    epochs = 2
-    job = make_job(cluster, namespace, {"epochs": epochs})
-    status = cluster.wait_phase(namespace, "Running", timeout=600)
-    assert status["workers"]["desired"] == 2
+def kill_in_container(cluster: Cluster, namespace: str, pod: str, program: str) -> None:
+    """SIGKILL every process of ``program`` in the pod's container (``kubectl exec``; the
+    image has no procps, so Python reads /proc)."""
+    code = (
+        "import os, signal\n"
+        "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+        "    try:\n"
+        "        cmd = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\\0')[0]\n"
+        "    except OSError:\n"
+        "        continue\n"
+        f"    if os.path.basename(cmd) == b'{program}':\n"
+        "        os.kill(int(pid), signal.SIGKILL); print('killed', pid)\n"
+    )
+    out = cluster.node.kubectl("exec", "-n", namespace, pod, "--", "python", "-c", code).stdout
+    assert "killed" in out, out
+
+
+def _terminate_a_worker_pod_gracefully(
+    cluster: Cluster, namespace: str, epochs: int, failure: dict[str, Any]
+) -> str:
+    """The quickstart with a preemption check every 5 batches; once it committed a
+    checkpoint, ``kubectl delete pod <job>-w1 --grace-period=90`` (the kubelet's SIGTERM, as a
+    node drain or spot reclaim gives). Returns the deleted pod's uid."""
+    make_job(
+        cluster,
+        namespace,
+        {"epochs": epochs, "batch_size": 8, "preemption_check_every": 5},
+        failure=failure,
+        podTemplate={"terminationGracePeriodSeconds": 90},
+    )
+    wait_for_a_committed_checkpoint(cluster, namespace)
+    worker = cluster.pods(namespace)[f"{JOB}-w1"]
+    env = {e.name: e.value for e in worker.spec.containers[0].env}
+    assert env["TRAINJOB_TERMINATION_GRACE_PERIOD_S"] == "90"
+    cluster.node.kubectl(
+        "delete", "pod", "-n", namespace, f"{JOB}-w1", "--grace-period=90", "--wait=false"
+    )
+    return str(worker.metadata.uid)
+
+
+@scenario
+def suspend_tears_down_and_resume_continues_from_the_checkpoint(scene: Scene) -> None:
+    cluster, namespace = scene
+    epochs = 6
+    make_job(cluster, namespace, {"epochs": epochs, "batch_size": 8})
+    wait_for_a_committed_checkpoint(cluster, namespace)
+    patch = {"spec": {"suspend": True}}
+    cluster.custom.patch_namespaced_custom_object(
+        "trainjob.dev", "v1alpha1", namespace, "trainjobs", JOB, patch
+    )
+    cluster.wait_phase(namespace, "Suspended", timeout=300)
+    wait_for("every pod gone", lambda: not cluster.pods(namespace), timeout=300)
+
+    patch = {"spec": {"suspend": False}}
+    cluster.custom.patch_namespaced_custom_object(
+        "trainjob.dev", "v1alpha1", namespace, "trainjobs", JOB, patch
+    )
     status = cluster.wait_phase(namespace, "Succeeded", timeout=900)
-
     assert status["progress"]["step"] == epochs - 1
-    latest = status["latestCheckpoint"]
-    prefix = f"gs://{job['bucket']}/runs/{JOB}/checkpoint_"
-    assert latest["path"] == f"{prefix}{epochs - 1:06d}"
-    best = status["bestCheckpoint"]
-    assert best["score"] == best["metrics"]["val_loss"]
-    # Validation ran on the pool scaled up from 0 (every checkpoint validated).
-    assert status["validations"]["done"] == epochs
-    assert status["validations"]["failed"] == 0
-    conditions = {c["type"]: c for c in status["conditions"]}
-    assert conditions["Succeeded"]["status"] == "True"
-    assert status["restarts"] == 0
-
-    # Checkpoints committed in storage: the files, the marker, the manifest.
-    bucket = cluster.gcs().bucket(job["bucket"])
-    objects = sorted(b.name for b in bucket.list_blobs(prefix=f"runs/{JOB}/"))
-    manifest = bucket.blob(f"runs/{JOB}/checkpoint_manifest.json").download_as_text()
-    for epoch in range(epochs):
-        name = f"checkpoint_{epoch:06d}"
-        assert f"runs/{JOB}/{name}/state.pt" in objects, objects
-        assert f"runs/{JOB}/{name}/{COMMIT_MARKER}" in objects, objects
-        assert name in manifest
-
-    # kubectl's printer columns are filled.
-    table = cluster.node.kubectl("get", "tj", JOB, "-n", namespace).stdout.splitlines()
-    header, row = table[0].split(), table[1].split()
-    assert header[:5] == ["NAME", "PHASE", "WORKERS", "STEP", "BEST"], table
-    assert row[0] == JOB and row[1] == "Succeeded" and row[3] == str(epochs - 1), table
-    assert row[4].startswith("checkpoint_") or row[4] != "<none>", table
-
-    # The driver ran DDP over gloo in its own container; the pool and workers were real pods.
+    assert status["latestCheckpoint"]["step"] == epochs - 1
+    # The new driver resumed from a checkpoint in storage rather than from scratch.
     driver_log = cluster.node.kubectl("logs", "-n", namespace, f"{JOB}-driver").stdout
-    assert "gloo" in driver_log, driver_log[-3000:]
-    # Both worker actors ran in the processes their pods' raylets prestarted (with torch
-    # imported) rather than in new ones (trainjob_operator.render.ray.worker_prestart_env).
-    assert "2 in Ray worker processes started before" in driver_log, driver_log[-3000:]
+    assert "Resuming run" in driver_log, driver_log[-3000:]
 
 
-def test_jax_example_trains_to_success_in_the_jax_image(
-    cluster: Cluster, namespace: str, node_jax_image: Image
+@scenario
+def a_worker_pod_terminated_gracefully_with_no_preemption_budget_restarts_the_job(
+    scene: Scene,
 ) -> None:
+    """failure.maxPreemptionFailures 0: after the last checkpoint the driver exits 3 and the
+    operator restarts the whole job from it without counting it (maxRestarts 0 would fail
+    the job); ``kubectl describe tj`` shows the restart history."""
+    cluster, namespace = scene
+    epochs = 6
+    _terminate_a_worker_pod_gracefully(
+        cluster, namespace, epochs, {"maxRestarts": 0, "maxPreemptionFailures": 0}
+    )
+
+    status = cluster.wait_phase(namespace, "Succeeded", timeout=900)
+    assert status["progress"]["step"] == epochs - 1
+    [restart] = status["restartHistory"]
+    assert restart["counted"] is False, restart
+    assert "exit code 3" in restart["message"] and "preempted" in restart["message"], restart
+    assert status["ignoredRestarts"] == 1
+    driver_log = cluster.node.kubectl("logs", "-n", namespace, f"{JOB}-driver").stdout
+    assert "Resuming run" in driver_log, driver_log[-3000:]
+    described = cluster.node.kubectl("describe", "tj", "-n", namespace, JOB).stdout
+    assert "Restart History:" in described, described
+    assert "exit code 3" in described, described
+    assert re.search(r"Counted:\s+false", described), described
+
+
+@scenario
+def a_worker_pod_terminated_gracefully_restarts_the_worker_group_in_place(scene: Scene) -> None:
+    """The worker pod's SIGTERM drains its Ray node; the quickstart sees
+    get_preemption_info() and commits a last checkpoint; the driver's fit() restarts the
+    worker group from it (failure.maxPreemptionFailures -1, Ray Train's default) once the
+    operator recreated the pod: no whole-job restart, maxFailures 0 untouched."""
+    cluster, namespace = scene
+    epochs = 6
+    old_uid = _terminate_a_worker_pod_gracefully(
+        cluster, namespace, epochs, {"maxRestarts": 0, "maxFailures": 0}
+    )
+
+    status = cluster.wait_phase(namespace, "Succeeded", timeout=900)
+    assert status["progress"]["step"] == epochs - 1
+    assert status.get("restarts", 0) == 0 and not status.get("restartHistory"), status
+    driver_log = cluster.node.kubectl("logs", "-n", namespace, f"{JOB}-driver").stdout
+    # One rank was on the deleted pod; which one depends on Ray's rank order, not pod names.
+    one_rank_preempted = r"Preemption of ranks \[[01]\] \(Ray nodes \w+\)"
+    assert re.search(one_rank_preempted, driver_log), driver_log[-3000:]
+    assert "(attempt 1), resuming from" in driver_log, driver_log[-3000:]
+    assert "Worker group failed" not in driver_log, driver_log[-3000:]
+    # The operator recreated the pod under the same name; the new group ran on it.
+    assert str(cluster.pods(namespace)[f"{JOB}-w1"].metadata.uid) != old_uid
+
+
+@scenario
+def worker_killed_mid_run_resumes_from_its_checkpoint(scene: Scene) -> None:
+    cluster, namespace = scene
+    epochs = 5
+    # Small batches make epochs of seconds, so that the kill lands mid-training.
+    make_job(cluster, namespace, {"epochs": epochs, "batch_size": 8}, failure={"maxFailures": 3})
+    wait_for_a_committed_checkpoint(cluster, namespace)
+    worker = f"{JOB}-w1"
+    old_uid = cluster.pods(namespace)[worker].metadata.uid
+    kill_in_container(cluster, namespace, worker, "raylet")  # the worker's Ray node dies
+
+    status = cluster.wait_phase(namespace, "Succeeded", timeout=900)
+    assert status["progress"]["step"] == epochs - 1
+    assert status["latestCheckpoint"]["step"] == epochs - 1
+    assert status["restarts"] == 0  # the worker group restarted, not the whole cluster
+    assert status["workerFailures"] >= 1
+    driver_log = cluster.node.kubectl("logs", "-n", namespace, f"{JOB}-driver").stdout
+    assert "restarting (failure 1 of 3)" in driver_log, driver_log[-3000:]
+    assert "from gs://" in driver_log, driver_log[-3000:]
+    # The killed worker's container ended with the raylet; the operator replaced the pod.
+    events = cluster.node.kubectl("get", "events", "-n", namespace).stdout
+    assert worker in events
+    assert old_uid is not None
+
+
+@scenario
+def jax_example_trains_to_success_in_the_jax_image(scene: Scene) -> None:
     """examples/jax.yaml as it is, but in the examples image built on the Dockerfile's JAX
     variant (``--build-arg JAX=cpu``), sized for this node and storing in fake-gcs-server: two
     JAX processes on CPU (``jax.distributed``, coordinator on rank 0) in two worker pods."""
+    cluster, namespace = scene
+    node_jax_image = cluster.images[JAX_IMAGE]
     name = JAX_EXAMPLE["metadata"]["name"]
     bucket = f"real-{uuid.uuid4().hex[:8]}"
     cluster.gcs().create_bucket(bucket)
@@ -334,8 +477,8 @@ def test_jax_example_trains_to_success_in_the_jax_image(
     s = body["spec"]
     assert s["framework"] == "jax" and s["scaling"]["numWorkers"] == 2
     s["image"] = node_jax_image.name
-    s["scaling"]["resourcesPerWorker"] = {"cpu": "200m"}
-    s["ray"] = {"head": {"resources": {"cpu": "100m"}}}
+    s["scaling"]["resourcesPerWorker"] = {"cpu": POD_CPU}
+    s["ray"] = {"head": {"resources": {"cpu": POD_CPU}}}
     s["storage"] = {"path": f"gs://{bucket}/runs"}
     s["env"] = [{"name": "STORAGE_EMULATOR_HOST", "value": f"http://{GCS_HOST}:{GCS_PORT}"}]
     cluster.custom.create_namespaced_custom_object(
@@ -384,180 +527,61 @@ def test_jax_example_trains_to_success_in_the_jax_image(
     assert row[0] == name and row[1] == "Succeeded" and row[3] == str(steps - 1), table
 
 
-def kill_in_container(cluster: Cluster, namespace: str, pod: str, program: str) -> None:
-    """SIGKILL every process of ``program`` in the pod's container (``kubectl exec``; the
-    image has no procps, so Python reads /proc)."""
-    code = (
-        "import os, signal\n"
-        "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
-        "    try:\n"
-        "        cmd = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\\0')[0]\n"
-        "    except OSError:\n"
-        "        continue\n"
-        f"    if os.path.basename(cmd) == b'{program}':\n"
-        "        os.kill(int(pid), signal.SIGKILL); print('killed', pid)\n"
-    )
-    out = cluster.node.kubectl("exec", "-n", namespace, pod, "--", "python", "-c", code).stdout
-    assert "killed" in out, out
-
-
-def test_worker_killed_mid_run_resumes_from_its_checkpoint(
-    cluster: Cluster, namespace: str
-) -> None:
-    epochs = 5
-    # Small batches make epochs of seconds, so that the kill lands mid-training.
-    make_job(cluster, namespace, {"epochs": epochs, "batch_size": 8}, failure={"maxFailures": 3})
-    wait_for_a_committed_checkpoint(cluster, namespace)
-    worker = f"{JOB}-w1"
-    old_uid = cluster.pods(namespace)[worker].metadata.uid
-    kill_in_container(cluster, namespace, worker, "raylet")  # the worker's Ray node dies
-
+@scenario
+def quickstart_trains_to_success_in_containers(scene: Scene) -> None:
+    cluster, namespace = scene
+    epochs = 2
+    job = make_job(cluster, namespace, {"epochs": epochs})
+    status = cluster.wait_phase(namespace, "Running", timeout=600)
+    assert status["workers"]["desired"] == 2
     status = cluster.wait_phase(namespace, "Succeeded", timeout=900)
+
     assert status["progress"]["step"] == epochs - 1
-    assert status["latestCheckpoint"]["step"] == epochs - 1
-    assert status["restarts"] == 0  # the worker group restarted, not the whole cluster
-    assert status["workerFailures"] >= 1
-    driver_log = cluster.node.kubectl("logs", "-n", namespace, f"{JOB}-driver").stdout
-    assert "restarting (failure 1 of 3)" in driver_log, driver_log[-3000:]
-    assert "from gs://" in driver_log, driver_log[-3000:]
-    # The killed worker's container ended with the raylet; the operator replaced the pod.
-    events = cluster.node.kubectl("get", "events", "-n", namespace).stdout
-    assert worker in events
-    assert old_uid is not None
-
-
-def test_deleting_the_trainjob_removes_every_child(cluster: Cluster, namespace: str) -> None:
-    make_job(cluster, namespace, {"epochs": 100})
-    cluster.wait_phase(namespace, "Running", timeout=600)
-    selector = f"trainjob.dev/name={JOB}"
-    kinds = "pods,services,serviceaccounts,roles,rolebindings,secrets,networkpolicies"
-    before = cluster.node.kubectl("get", kinds, "-n", namespace, "-l", selector, "-o", "name")
-    assert f"pod/{JOB}-head" in before.stdout, before.stdout
-
-    cluster.node.kubectl("delete", "tj", JOB, "-n", namespace, "--timeout=300s", timeout=320)
-
-    def nothing_left() -> bool:
-        left = cluster.node.kubectl("get", kinds, "-n", namespace, "-l", selector, "-o", "name")
-        return left.stdout.strip() == ""
-
-    wait_for("every child of the TrainJob deleted", nothing_left, timeout=300)
-
-
-def test_entrypoint_that_does_not_import_fails_with_invalid_input(
-    cluster: Cluster, namespace: str
-) -> None:
-    make_job(cluster, namespace, {"epochs": 1}, entrypoint="examples.quickstart.missing:train_func")
-    status = cluster.wait_phase(namespace, "Failed", timeout=900)
+    latest = status["latestCheckpoint"]
+    prefix = f"gs://{job['bucket']}/runs/{JOB}/checkpoint_"
+    assert latest["path"] == f"{prefix}{epochs - 1:06d}"
+    best = status["bestCheckpoint"]
+    assert best["score"] == best["metrics"]["val_loss"]
+    # Validation ran on the pool scaled up from 0 (every checkpoint validated).
+    assert status["validations"]["done"] == epochs
+    assert status["validations"]["failed"] == 0
     conditions = {c["type"]: c for c in status["conditions"]}
-    assert conditions["Failed"]["status"] == "True"
-    assert conditions["Failed"]["reason"] == "InvalidInput", conditions
-    assert "examples.quickstart.missing" in status["message"], status["message"]
+    assert conditions["Succeeded"]["status"] == "True"
     assert status["restarts"] == 0
 
+    # Checkpoints committed in storage: the files, the marker, the manifest.
+    bucket = cluster.gcs().bucket(job["bucket"])
+    objects = sorted(b.name for b in bucket.list_blobs(prefix=f"runs/{JOB}/"))
+    manifest = bucket.blob(f"runs/{JOB}/checkpoint_manifest.json").download_as_text()
+    for epoch in range(epochs):
+        name = f"checkpoint_{epoch:06d}"
+        assert f"runs/{JOB}/{name}/state.pt" in objects, objects
+        assert f"runs/{JOB}/{name}/{COMMIT_MARKER}" in objects, objects
+        assert name in manifest
 
-def test_suspend_tears_down_and_resume_continues_from_the_checkpoint(
-    cluster: Cluster, namespace: str
-) -> None:
-    epochs = 6
-    make_job(cluster, namespace, {"epochs": epochs, "batch_size": 8})
-    wait_for_a_committed_checkpoint(cluster, namespace)
-    patch = {"spec": {"suspend": True}}
-    cluster.custom.patch_namespaced_custom_object(
-        "trainjob.dev", "v1alpha1", namespace, "trainjobs", JOB, patch
-    )
-    cluster.wait_phase(namespace, "Suspended", timeout=300)
-    wait_for("every pod gone", lambda: not cluster.pods(namespace), timeout=300)
+    # kubectl's printer columns are filled.
+    table = cluster.node.kubectl("get", "tj", JOB, "-n", namespace).stdout.splitlines()
+    header, row = table[0].split(), table[1].split()
+    assert header[:5] == ["NAME", "PHASE", "WORKERS", "STEP", "BEST"], table
+    assert row[0] == JOB and row[1] == "Succeeded" and row[3] == str(epochs - 1), table
+    assert row[4].startswith("checkpoint_") or row[4] != "<none>", table
 
-    patch = {"spec": {"suspend": False}}
-    cluster.custom.patch_namespaced_custom_object(
-        "trainjob.dev", "v1alpha1", namespace, "trainjobs", JOB, patch
-    )
-    status = cluster.wait_phase(namespace, "Succeeded", timeout=900)
-    assert status["progress"]["step"] == epochs - 1
-    assert status["latestCheckpoint"]["step"] == epochs - 1
-    # The new driver resumed from a checkpoint in storage rather than from scratch.
+    # The driver pod got the chart's defaults.driver.resources.
+    [driver] = cluster.pods(namespace)[f"{JOB}-driver"].spec.containers
+    assert driver.resources.requests == DRIVER_RESOURCES, driver.resources
+    # The driver ran DDP over gloo in its own container; the pool and workers were real pods.
     driver_log = cluster.node.kubectl("logs", "-n", namespace, f"{JOB}-driver").stdout
-    assert "Resuming run" in driver_log, driver_log[-3000:]
+    assert "gloo" in driver_log, driver_log[-3000:]
+    # Both worker actors ran in the processes their pods' raylets prestarted (with torch
+    # imported) rather than in new ones (trainjob_operator.render.ray.worker_prestart_env).
+    assert "2 in Ray worker processes started before" in driver_log, driver_log[-3000:]
 
 
-def _terminate_a_worker_pod_gracefully(
-    cluster: Cluster, namespace: str, epochs: int, failure: dict[str, Any]
-) -> str:
-    """The quickstart with a preemption check every 5 batches; once it committed a
-    checkpoint, ``kubectl delete pod <job>-w1 --grace-period=90`` (the kubelet's SIGTERM, as a
-    node drain or spot reclaim gives). Returns the deleted pod's uid."""
-    make_job(
-        cluster,
-        namespace,
-        {"epochs": epochs, "batch_size": 8, "preemption_check_every": 5},
-        failure=failure,
-        podTemplate={"terminationGracePeriodSeconds": 90},
-    )
-    wait_for_a_committed_checkpoint(cluster, namespace)
-    worker = cluster.pods(namespace)[f"{JOB}-w1"]
-    env = {e.name: e.value for e in worker.spec.containers[0].env}
-    assert env["TRAINJOB_TERMINATION_GRACE_PERIOD_S"] == "90"
-    cluster.node.kubectl(
-        "delete", "pod", "-n", namespace, f"{JOB}-w1", "--grace-period=90", "--wait=false"
-    )
-    return str(worker.metadata.uid)
-
-
-def test_a_worker_pod_terminated_gracefully_restarts_the_worker_group_in_place(
-    cluster: Cluster, namespace: str
-) -> None:
-    """The worker pod's SIGTERM drains its Ray node; the quickstart sees
-    get_preemption_info() and commits a last checkpoint; the driver's fit() restarts the
-    worker group from it (failure.maxPreemptionFailures -1, Ray Train's default) once the
-    operator recreated the pod: no whole-job restart, maxFailures 0 untouched."""
-    epochs = 6
-    old_uid = _terminate_a_worker_pod_gracefully(
-        cluster, namespace, epochs, {"maxRestarts": 0, "maxFailures": 0}
-    )
-
-    status = cluster.wait_phase(namespace, "Succeeded", timeout=900)
-    assert status["progress"]["step"] == epochs - 1
-    assert status.get("restarts", 0) == 0 and not status.get("restartHistory"), status
-    driver_log = cluster.node.kubectl("logs", "-n", namespace, f"{JOB}-driver").stdout
-    # One rank was on the deleted pod; which one depends on Ray's rank order, not pod names.
-    one_rank_preempted = r"Preemption of ranks \[[01]\] \(Ray nodes \w+\)"
-    assert re.search(one_rank_preempted, driver_log), driver_log[-3000:]
-    assert "(attempt 1), resuming from" in driver_log, driver_log[-3000:]
-    assert "Worker group failed" not in driver_log, driver_log[-3000:]
-    # The operator recreated the pod under the same name; the new group ran on it.
-    assert str(cluster.pods(namespace)[f"{JOB}-w1"].metadata.uid) != old_uid
-
-
-def test_a_worker_pod_terminated_gracefully_with_no_preemption_budget_restarts_the_job(
-    cluster: Cluster, namespace: str
-) -> None:
-    """failure.maxPreemptionFailures 0: after the last checkpoint the driver exits 3 and the
-    operator restarts the whole job from it without counting it (maxRestarts 0 would fail
-    the job); ``kubectl describe tj`` shows the restart history."""
-    epochs = 6
-    _terminate_a_worker_pod_gracefully(
-        cluster, namespace, epochs, {"maxRestarts": 0, "maxPreemptionFailures": 0}
-    )
-
-    status = cluster.wait_phase(namespace, "Succeeded", timeout=900)
-    assert status["progress"]["step"] == epochs - 1
-    [restart] = status["restartHistory"]
-    assert restart["counted"] is False, restart
-    assert "exit code 3" in restart["message"] and "preempted" in restart["message"], restart
-    assert status["ignoredRestarts"] == 1
-    driver_log = cluster.node.kubectl("logs", "-n", namespace, f"{JOB}-driver").stdout
-    assert "Resuming run" in driver_log, driver_log[-3000:]
-    described = cluster.node.kubectl("describe", "tj", "-n", namespace, JOB).stdout
-    assert "Restart History:" in described, described
-    assert "exit code 3" in described, described
-    assert re.search(r"Counted:\s+false", described), described
-
-
-def test_an_image_that_cannot_be_pulled_fails_at_the_startup_deadline_saying_why(
-    cluster: Cluster, namespace: str
-) -> None:
+@scenario
+def an_image_that_cannot_be_pulled_fails_at_the_startup_deadline_saying_why(scene: Scene) -> None:
     """No registry serves this image: the kubelet reports ErrImagePull/ImagePullBackOff, the
     job stays Starting, and startupDeadlineSeconds fails it with the kubelet's reason."""
+    cluster, namespace = scene
     make_job(
         cluster,
         namespace,
@@ -574,3 +598,48 @@ def test_an_image_that_cannot_be_pulled_fails_at_the_startup_deadline_saying_why
     assert "ErrImagePull" in message or "ImagePullBackOff" in message, message
     assert "trainjob-no-such-image" in message, message
     assert status["restarts"] == 0
+
+
+@scenario
+def deleting_the_trainjob_removes_every_child(scene: Scene) -> None:
+    cluster, namespace = scene
+    make_job(cluster, namespace, {"epochs": 100})
+    cluster.wait_phase(namespace, "Running", timeout=600)
+    selector = f"trainjob.dev/name={JOB}"
+    kinds = "pods,services,serviceaccounts,roles,rolebindings,secrets,networkpolicies"
+    before = cluster.node.kubectl("get", kinds, "-n", namespace, "-l", selector, "-o", "name")
+    assert f"pod/{JOB}-head" in before.stdout, before.stdout
+
+    cluster.node.kubectl("delete", "tj", JOB, "-n", namespace, "--timeout=300s", timeout=320)
+
+    def nothing_left() -> bool:
+        left = cluster.node.kubectl("get", kinds, "-n", namespace, "-l", selector, "-o", "name")
+        return left.stdout.strip() == ""
+
+    wait_for("every child of the TrainJob deleted", nothing_left, timeout=300)
+
+
+@scenario
+def entrypoint_that_does_not_import_fails_with_invalid_input(scene: Scene) -> None:
+    cluster, namespace = scene
+    make_job(cluster, namespace, {"epochs": 1}, entrypoint="examples.quickstart.missing:train_func")
+    status = cluster.wait_phase(namespace, "Failed", timeout=900)
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Failed"]["status"] == "True"
+    assert conditions["Failed"]["reason"] == "InvalidInput", conditions
+    assert "examples.quickstart.missing" in status["message"], status["message"]
+    assert status["restarts"] == 0
+
+
+JAX_SCENARIO = jax_example_trains_to_success_in_the_jax_image.__name__
+
+
+@pytest.mark.parametrize("name", SCENARIOS.names(exclude=[JAX_SCENARIO]))
+def test_scenario(scenarios: RunningScenarios, name: str) -> None:
+    scenarios.check(name)
+
+
+@pytest.mark.scenario(JAX_SCENARIO)
+def test_jax_scenario(scenarios: RunningScenarios, node_jax_image: Image) -> None:
+    """Asks for :func:`node_jax_image`, so that the session builds and imports the JAX image."""
+    scenarios.check(JAX_SCENARIO)

@@ -1,4 +1,4 @@
-"""The differential preemption scenario: ``python -m tests.compat.preemption_main WORKDIR``.
+"""The differential preemption scenario: ``python -m tests.compat.preemption_main WORKDIR [API]``.
 
 For ``ray.train`` 2.60 and for ``trainer_runtime`` in turn, on a multi-node Ray cluster of
 its own (``ray.cluster_utils.Cluster``: a head without CPUs and three one-CPU nodes; one
@@ -165,10 +165,11 @@ def _replace_drained(cluster: Any, nodes: list[Any], seen: dict[str, Any]) -> No
     cluster.wait_for_nodes()
 
 
-def run(workdir: Path) -> dict[str, Any]:
-    """Both APIs, both runs; what was observed."""
+def run(workdir: Path, *apis: str) -> dict[str, Any]:
+    """The runs of ``apis`` (both by default), one after another; what was observed. The
+    test runs one process per API, at the same time (each has a cluster of its own)."""
     out: dict[str, Any] = {}
-    for name in APIS:
+    for name in apis or APIS:
         with spare_node_cluster() as (cluster, nodes):
             out[name] = {}
             for run_name in ("default", "no_retries"):

@@ -248,19 +248,19 @@ def drain_for_preemption(node_id: str, deadline_ms: int) -> None:
         raise RuntimeError(f"drain_node refused: {why}")
 
 
-def scenario_main(run: Callable[[Path], dict[str, Any]]) -> None:
-    """The ``main()`` of a scenario module: ``run(argv[1])``, printed as one ``RESULT`` line
-    (what :func:`run_scenario` reads)."""
-    print("RESULT " + json.dumps(run(Path(sys.argv[1]))), flush=True)
+def scenario_main(run: Callable[..., dict[str, Any]]) -> None:
+    """The ``main()`` of a scenario module: ``run(argv[1], *argv[2:])``, printed as one
+    ``RESULT`` line (what :func:`run_scenario` reads)."""
+    print("RESULT " + json.dumps(run(Path(sys.argv[1]), *sys.argv[2:])), flush=True)
     os._exit(0)  # a fit() thread still running must not keep the process alive
 
 
-def run_scenario(module: str, workdir: Path) -> dict[str, Any]:
-    """Run ``python -m <module> WORKDIR`` (a scenario with a Ray cluster of its own: one
-    process can drive one cluster only) and return the JSON of its ``RESULT`` line."""
+def run_scenario(module: str, workdir: Path, *args: str) -> dict[str, Any]:
+    """Run ``python -m <module> WORKDIR ARGS...`` (a scenario with a Ray cluster of its own:
+    one process can drive one cluster only) and return the JSON of its ``RESULT`` line."""
     repo = Path(__file__).resolve().parents[2]
     proc = subprocess.run(
-        [sys.executable, "-m", module, str(workdir)],
+        [sys.executable, "-m", module, str(workdir), *args],
         cwd=repo,
         capture_output=True,
         text=True,

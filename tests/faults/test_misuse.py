@@ -34,7 +34,7 @@ from trainer_runtime.storage import join_uri
 SCALINGS = {"local": ScalingConfig(num_workers=0), "ray": ScalingConfig(num_workers=2)}
 
 
-@pytest.fixture(params=["local", "ray"])
+@pytest.fixture(params=["local", pytest.param("ray", marks=pytest.mark.ray)])
 def scaling(request: pytest.FixtureRequest) -> ScalingConfig:
     """Local mode, or two Ray workers on the session's real local Ray cluster."""
     if request.param == "ray":

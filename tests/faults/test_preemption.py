@@ -22,6 +22,8 @@ import pytest
 from tests.conftest import REPO_ROOT
 from trainer_runtime import Result
 
+pytestmark = pytest.mark.ray  # real Ray clusters in child processes
+
 
 def _start(
     storage: Path,

@@ -18,7 +18,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.faults.preemption_main import run_scenario
+
+pytestmark = pytest.mark.ray  # a real multi-node Ray cluster
 
 
 def test_a_drained_ray_node_is_a_preemption_notice_and_the_group_restarts_elsewhere(

@@ -23,6 +23,8 @@ import pytest
 from tests.faults.preemption_main import run_scenario
 from trainjob_operator.launcher import ray_node
 
+pytestmark = pytest.mark.ray  # real Ray nodes started as processes
+
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -180,6 +180,7 @@ def test_head_and_driver_resources_from_the_chart_env() -> None:
         ("[1]", r"expected a JSON object, got '\[1\]'"),
         (json.dumps({"cpu": "lots"}), r"cpu: 'lots' is not a Kubernetes resource quantity"),
         (json.dumps({"Bad Name": 1}), r"'Bad Name' is not a valid resource name"),
+        (json.dumps({"cpu": 1, "memory": "256Mi"}), r"memory 256Mi is less than 512Mi, the least"),
     ],
 )
 def test_bad_driver_resources_name_the_variable_and_the_chart_value(value: str, match: str) -> None:

@@ -118,6 +118,7 @@ def _client(address: str, home: Path, **env: str) -> subprocess.CompletedProcess
     )
 
 
+@pytest.mark.ray  # a real Ray head started as rendered
 def test_the_rendered_head_refuses_clients_without_the_token(
     head_address: str, rendered: tuple[dict[str, Any], str], tmp_path: Path
 ) -> None:

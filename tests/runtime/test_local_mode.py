@@ -328,6 +328,7 @@ def _read_or_empty(uri: str) -> bytes:
         return b""
 
 
+@pytest.mark.slow
 def test_async_upload_failure_surfaces_and_nothing_half_uploaded_is_kept(
     tmp_path: Path, gcs_emulator: GCSEmulator
 ) -> None:

@@ -43,7 +43,7 @@ def _fit(workers: int, fn: Any, config: dict[str, Any], path: Path, **run: Any) 
     ).fit()
 
 
-@pytest.fixture(params=[0, 2], ids=["local", "ray"])
+@pytest.fixture(params=[0, pytest.param(2, marks=pytest.mark.ray)], ids=["local", "ray"])
 def workers(request: pytest.FixtureRequest) -> int:
     """Local mode (the function runs in this process), or two Ray workers."""
     if request.param:

@@ -8,9 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO_ROOT
 from tests.runtime.workloads import read_log
 from trainer_runtime.checkpoint import COMMIT_MARKER
+
+pytestmark = pytest.mark.slow  # a real torchrun of two processes
 
 
 def _torchrun(storage: Path, out: Path, steps: int) -> None:

@@ -98,6 +98,7 @@ def test_prestarted_count_counts_processes_older_than_the_request() -> None:
     assert prestarted_count([*infos, late_node], requested=100.0) == 2
 
 
+@pytest.mark.ray  # a local Ray in a child process
 def test_raylet_prestarted_processes_carry_the_nil_job_id() -> None:
     """What Ray puts in a worker process's environment, checked on a real local Ray: a process
     the raylet prestarted has the nil job id, one it starts for this job's actor the job's."""
@@ -141,6 +142,7 @@ def test_prestart_keep_alive_reads_whole_seconds() -> None:
             prestart_keep_alive_s({"TRAINJOB_PRESTART_KEEP_ALIVE_S": bad})
 
 
+@pytest.mark.ray  # a local Ray in a child process
 def test_next_worker_group_starts_in_processes_the_last_one_asked_for() -> None:
     """On a real local Ray: a group shut down with ``prestart_successor=True`` leaves idle
     processes of the job that the next group's actors start in; shut down without it, the

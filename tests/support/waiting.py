@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -10,6 +11,14 @@ T = TypeVar("T")
 
 DEFAULT_TIMEOUT_S = 120.0
 """Generous: only a failing test waits this long, and the machines are shared and slow."""
+
+CANCEL = threading.Event()
+"""Set, every :func:`wait_for` gives up at once (e.g. in the threads of scenarios that run at the
+same time, when the session is interrupted: :mod:`tests.support.concurrent`)."""
+
+
+class Cancelled(AssertionError):
+    """A :func:`wait_for` given up because :data:`CANCEL` was set."""
 
 
 def wait_for(
@@ -22,6 +31,8 @@ def wait_for(
     that; after ``timeout`` seconds raise AssertionError naming ``what`` and the last value."""
     deadline = time.monotonic() + timeout
     while True:
+        if CANCEL.is_set():
+            raise Cancelled(f"cancelled while waiting for {what}")
         last = check()
         if last:
             return last

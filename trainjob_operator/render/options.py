@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from trainjob_operator.api.fields import ResourceMap
+from trainjob_operator.api.quantity import parse_quantity
 from trainjob_operator.api.tpu import GKE_TPU_ACCELERATOR_LABEL, GKE_TPU_TOPOLOGY_LABEL
 
 __all__ = [
@@ -208,6 +209,10 @@ RESOURCES_ENV: dict[str, tuple[str, str]] = {
 field, chart value). Unset, empty or ``{}`` keeps the built-in default (1 CPU, 2Gi)."""
 
 _RESOURCE_MAP = TypeAdapter(ResourceMap)
+MIN_RAY_POD_MEMORY_BYTES = 512 * 2**20
+"""The least memory :data:`RESOURCES_ENV` may give a head or driver pod: both run a Ray node, and
+``ray start`` refuses an object store under 75 MiB (30% of the free memory, a limit of 256Mi
+was measured to fail)."""
 
 
 def _resources_from_env(env: Mapping[str, str]) -> dict[str, Any]:
@@ -235,6 +240,13 @@ def _resources_from_env(env: Mapping[str, str]) -> dict[str, Any]:
                 f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
             )
             raise ValueError(f"{var}: {problems}; {hint}") from None
+        memory = values[attr].get("memory")
+        if memory is not None and parse_quantity(memory) < MIN_RAY_POD_MEMORY_BYTES:
+            raise ValueError(
+                f"{var}: memory {memory} is less than 512Mi, the least a pod running a Ray node "
+                "starts with (the memory is also the pod's limit, and Ray's object store takes "
+                f"30% of what is free, at least 75 MiB); {hint}"
+            )
     return values
 
 
