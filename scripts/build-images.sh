@@ -77,11 +77,13 @@ mv "$conf.new" "$conf"
 export CONTAINERS_CONF="$conf"
 
 # --- the wheelhouse ----------------------------------------------------------------------------
-# Keyed by pyproject.toml's requirements (as the Dockerfile's install layers are), not by the whole
-# file: a change elsewhere in it (pytest's settings, the version) reuses the wheels.
+# Keyed by the requirements the images install (as the Dockerfile's install layers are), not by
+# the whole pyproject.toml: a change elsewhere in it (the test extra, pytest's settings) reuses
+# the wheels.
 requirements_key="$("$PY" -c 'import json, sys, tomllib
 p = tomllib.load(open(sys.argv[1], "rb"))["project"]
-print(json.dumps([p["dependencies"], p["optional-dependencies"]], sort_keys=True))' \
+x = p["optional-dependencies"]
+print(json.dumps([p["dependencies"], *(x[e] for e in ("runtime", "gcs", "torch", "jax"))]))' \
     "$REPO/pyproject.toml" | sha256sum | cut -c1-12)"
 wheelhouse="$CACHE_DIR/wheelhouse/$requirements_key"
 # Each entry: the requirements of one `pip wheel` (space-separated).
