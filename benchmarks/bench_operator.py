@@ -88,13 +88,6 @@ CRD = common.REPO_ROOT / "crds" / "trainjob.dev_trainjobs.yaml"
 MANIFEST = common.REPO_ROOT / "examples" / "quickstart.yaml"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _proc_status(pid: int) -> dict[str, int]:
     """VmRSS and VmHWM of a process, in KiB (empty when it is gone)."""
     out: dict[str, int] = {}
@@ -842,8 +835,10 @@ AS_IN_THE_IMAGE = (
 
 def start_operator(env: Any, workdir: Path) -> tuple[subprocess.Popen[bytes], int, Path]:
     """``trainjob operator --namespace bench`` as a subprocess; waits for its liveness probe."""
+    from tests.support.ports import free_port
+
     kubeconfig = env.write_kubeconfig(workdir / "kubeconfig")
-    live_port, metrics_port = _free_port(), _free_port()
+    live_port, metrics_port = free_port(), free_port()
     log_path = workdir / "operator.log"
     log = log_path.open("wb")
     cmd = [

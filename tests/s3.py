@@ -13,7 +13,7 @@ import itertools
 import logging
 from typing import Any
 
-from tests.gcs import free_port
+from tests.support.ports import free_port
 
 REGION = "us-east-1"
 

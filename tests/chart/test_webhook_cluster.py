@@ -29,6 +29,7 @@ import yaml
 from tests.chart.helpers import REPO, chart
 from tests.k8s import conftest as k8s_conftest
 from tests.support import EnvTest, ensure_assets
+from tests.support.ports import free_port
 from tests.support.waiting import wait_for as _wait_for
 from trainjob_operator import admission
 from trainjob_operator.admission import AdmissionServer
@@ -66,12 +67,6 @@ def _host_address() -> str:
     if address.startswith("127."):
         pytest.skip("no non-loopback IPv4 address for the webhook's Endpoints")
     return address
-
-
-def _free_port(address: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((address, 0))
-        return int(sock.getsockname()[1])
 
 
 def _create_namespace(env: EnvTest, name: str) -> None:
@@ -139,7 +134,7 @@ class Release:
         for key, value in self.secret_data().items():
             (cert_dir / key).write_bytes(base64.b64decode(value))
         address = _host_address()
-        port = _free_port(address)
+        port = free_port(address)
         server = AdmissionServer.from_dir(port, cert_dir, addr=address, namespaces=namespaces)
         endpoints = {
             "apiVersion": "v1",

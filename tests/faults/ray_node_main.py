@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.faults.preemption_main import BackgroundFit, scenario_main
+from tests.support.ports import free_port
 from tests.support.waiting import wait_for as _wait_for
 from trainjob_operator.constants import TERMINATION_GRACE_ENV
 from trainjob_operator.launcher.ray_node import RAY_NODE_LOG_IDLE, raylet_node_id
@@ -30,13 +30,6 @@ GRACE_S = 120
 """The pods' grace period: long, so that stopping when idle is told apart from the deadline."""
 NODES = 3
 """Two for the job's workers, one spare for the worker group restarted in place."""
-
-
-def free_port() -> int:
-    """A TCP port no one listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def own_port_flags() -> list[str]:

@@ -69,7 +69,8 @@ def test_a_fresh_ray_node_has_a_raylet_id_and_no_busy_workers(tmp_path: Path) ->
     work: a drained node without actors or tasks stops at once."""
     import signal
 
-    from tests.faults.ray_node_main import free_port, own_port_flags
+    from tests.faults.ray_node_main import own_port_flags
+    from tests.support.ports import free_port
     from tests.support.waiting import wait_for
 
     ray_bin = str(Path(sys.executable).with_name("ray"))

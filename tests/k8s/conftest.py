@@ -18,9 +18,11 @@ import pytest
 from kubernetes import client
 
 from tests.support import EnvTest, EnvTestError, ensure_assets
+from trainjob_operator.kube import KubeClient, KubeConfig
 
 SKIP_ENV = "TRAINJOB_SKIP_K8S_TESTS"
 _HERE = Path(__file__).resolve().parent
+CRD = _HERE.parents[1] / "crds" / "trainjob.dev_trainjobs.yaml"
 _provisioned: Path | None = None
 _provision_error: str | None = None
 
@@ -67,6 +69,20 @@ def envtest() -> Iterator[EnvTest]:
     assets = _provisioned or ensure_assets()
     with EnvTest(assets) as env:
         yield env
+
+
+@pytest.fixture(scope="module")
+def crd(envtest: EnvTest) -> None:
+    """The TrainJob CRD of ``crds/``, applied (again) for the module that asks for it."""
+    envtest.apply_crd(CRD)
+
+
+@pytest.fixture
+def kube(envtest: EnvTest) -> KubeClient:
+    """The operator's own API client (:class:`trainjob_operator.kube.KubeClient`), as the admin."""
+    return KubeClient(
+        KubeConfig(host=envtest.host, token=envtest.token, ca_file=str(envtest.ca_file))
+    )
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ import datetime as dt
 import io
 import ipaddress
 import json
-import socket
 import ssl
 import tempfile
 import threading
@@ -35,6 +34,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tests.support import EnvTest
+from tests.support.ports import free_port
 from tests.support.waiting import wait_for as _wait_for
 from trainjob_operator import cli
 from trainjob_operator.admission import WEBHOOK_PATH, AdmissionServer
@@ -52,12 +52,6 @@ QUICKSTART = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
 TRAINJOBS = "/apis/trainjob.dev/v1alpha1/namespaces/{ns}/trainjobs"
 WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
 DENIED = 'admission webhook "validate.trainjob.dev" denied the request: '
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _pem(cert: x509.Certificate) -> bytes:
@@ -146,7 +140,7 @@ def serving(
     webhook configuration for ``k8s_namespace``, until the API server calls the webhook."""
     envtest.apply_crd(CRD)
     ca, cert, key = _certificates(tmp_path)
-    port = _free_port()
+    port = free_port()
     label = {"trainjob.dev/admission-test": k8s_namespace}
     status, _ = envtest.request(
         "PATCH", f"/api/v1/namespaces/{k8s_namespace}", {"metadata": {"labels": label}}

@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support import EnvTest
 from trainjob_operator.api import parse_trainjob
-from trainjob_operator.kube import KubeClient, KubeConfig
+from trainjob_operator.kube import KubeClient
 from trainjob_operator.reconcile.apply import (
     CHILD_KINDS,
     create_children,
@@ -21,13 +20,6 @@ from trainjob_operator.render import render_for_reconcile
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
-
-
-@pytest.fixture
-def kube(envtest: EnvTest) -> KubeClient:
-    return KubeClient(
-        KubeConfig(host=envtest.host, token=envtest.token, ca_file=str(envtest.ca_file))
-    )
 
 
 def _children(namespace: str, name: str) -> list[dict]:

@@ -19,17 +19,9 @@ from trainjob_operator.api import parse_trainjob
 from trainjob_operator.kube import ApiError, KubeClient, KubeConfig
 from trainjob_operator.render import render_children
 
-pytestmark = pytest.mark.k8s
+pytestmark = [pytest.mark.k8s, pytest.mark.usefixtures("crd")]
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def kube(envtest: EnvTest) -> KubeClient:
-    envtest.apply_crd(REPO / "crds" / "trainjob.dev_trainjobs.yaml")
-    return KubeClient(
-        KubeConfig(host=envtest.host, token=envtest.token, ca_file=str(envtest.ca_file))
-    )
 
 
 def _trainjob(kube: KubeClient, namespace: str, name: str) -> dict[str, Any]:

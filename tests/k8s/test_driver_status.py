@@ -15,15 +15,9 @@ from trainer_runtime.checkpoint_manager import CheckpointRecord, CheckpointStatu
 from trainjob_operator.kube import DRIVER_USER_AGENT, KubeClient, KubeConfig
 from trainjob_operator.launcher.driver import StatusPublisher
 
+pytestmark = pytest.mark.usefixtures("crd")
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def kube(envtest: EnvTest) -> KubeClient:
-    envtest.apply_crd(REPO / "crds" / "trainjob.dev_trainjobs.yaml")
-    return KubeClient(
-        KubeConfig(host=envtest.host, token=envtest.token, ca_file=str(envtest.ca_file))
-    )
 
 
 def _status(kube: KubeClient, ns: str) -> dict[str, Any]:

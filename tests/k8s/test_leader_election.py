@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 
 from tests.k8s.test_operator import (
-    CRD,
     job_status,
     make_all_ready,
     make_job,
@@ -30,6 +29,7 @@ from tests.k8s.test_operator import (
     wait_phase,
 )
 from tests.support import EnvTest
+from tests.support.ports import free_port
 from trainjob_operator.kube import KubeClient, KubeConfig
 from trainjob_operator.leader import (
     HealthServer,
@@ -39,18 +39,6 @@ from trainjob_operator.leader import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def crd(envtest: EnvTest) -> None:
-    envtest.apply_crd(CRD)
-
-
-@pytest.fixture
-def kube(envtest: EnvTest) -> KubeClient:
-    return KubeClient(
-        KubeConfig(host=envtest.host, token=envtest.token, ca_file=str(envtest.ca_file))
-    )
 
 
 class Clock:
@@ -171,19 +159,11 @@ def _get(port: int, path: str) -> int:
 # --------------------------------------------------------------------------- two operators
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class OperatorProcess:
     """``trainjob operator --leader-elect`` as a real process."""
 
     def __init__(self, envtest: EnvTest, namespace: str, log: Path) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         env = {
             **os.environ,
             "KUBECONFIG": str(envtest.kubeconfig),

@@ -26,16 +26,30 @@ CRD = REPO / "crds" / "trainjob.dev_trainjobs.yaml"
 QUICKSTART = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
 
 
-@pytest.fixture(scope="module")
-def crd(envtest: EnvTest) -> None:
-    envtest.apply_crd(CRD)
+def reconciles(trigger: str) -> float:
+    """The operator's reconciles (this process's) started by ``trigger``."""
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value("trainjob_reconciles_total", {"trigger": trigger}) or 0.0
 
 
-@pytest.fixture
-def kube(envtest: EnvTest) -> KubeClient:
-    return KubeClient(
-        KubeConfig(host=envtest.host, token=envtest.token, ca_file=str(envtest.ca_file))
-    )
+def timer_passes() -> float:
+    """Timer ticks that reached a TrainJob: reconciled, or skipped (unchanged, busy, coalesced)."""
+    from prometheus_client import REGISTRY
+
+    total = reconciles("timer")
+    for why in ("unchanged", "busy", "coalesced"):
+        labels = {"trigger": "timer", "why": why}
+        total += REGISTRY.get_sample_value("trainjob_reconciles_skipped_total", labels) or 0.0
+    return total
+
+
+def wait_for_timer_passes(count: int) -> None:
+    """Wait until the operator's timer has looked at TrainJobs ``count`` more times, so that
+    an assertion that nothing changed comes after the operator had its chance to change it
+    (a fixed sleep could pass before a tick on a slow machine)."""
+    before = timer_passes()
+    wait_for(f"{count} timer ticks", lambda: timer_passes() >= before + count, timeout=60)
 
 
 class RunningOperator:
@@ -222,7 +236,7 @@ def test_a_pod_change_is_reconciled_at_once_through_the_pod_watch(
     wait_for("4 pods", lambda: len(pods(kube, ns)) == 4)
     make_all_ready(kube, ns)  # Running: no deadline or callback due, nothing for a tick to do
     wait_for("Running", lambda: job_status(kube, ns).get("phase") == "Running")
-    time.sleep(2.0)  # let the ticks of the Running status pass
+    wait_for_timer_passes(2)  # the ticks of the Running status pass
     before = pod_reconciles()
     fail_first_worker_and_wait_for_its_replacement(kube, ns, timeout=15)
     assert pod_reconciles() > before
@@ -346,9 +360,11 @@ def test_operator_restart_creates_no_duplicates(
     make_job(kube, ns)
     wait_for("4 pods", lambda: len(pods(kube, ns)) == 4)
     before = {n: p["metadata"]["uid"] for n, p in pods(kube, ns).items()}
+    resumed = reconciles("resume")
     operator.stop()
     operator.start()
-    time.sleep(4)  # resume + several timer ticks
+    wait_for("the resume reconcile", lambda: reconciles("resume") > resumed)
+    wait_for_timer_passes(3)
     after = {n: p["metadata"]["uid"] for n, p in pods(kube, ns).items()}
     assert after == before
 
@@ -364,7 +380,7 @@ def test_no_finalizer_or_kopf_bookkeeping_and_an_old_finalizer_is_released(
     ns = operator.namespace
     make_job(kube, ns)
     wait_for("Starting", lambda: job_status(kube, ns).get("phase") == "Starting")
-    time.sleep(2)  # timer ticks (1 s here) and any bookkeeping kopf would do
+    wait_for_timer_passes(2)  # and any bookkeeping kopf would do with them
     meta = kube.get("TrainJob", ns, "quickstart")["metadata"]  # type: ignore[index]
     assert not meta.get("finalizers"), meta
     assert not [k for k in meta.get("annotations") or {} if k.startswith("trainjob.dev/")], meta
@@ -541,7 +557,7 @@ def test_child_rejected_by_the_api_server_fails_the_job_once(
     assert failed["reason"] == "InvalidChild"
     assert "spec.tolerations[0].operator" in failed["message"]
     assert "must be empty" in status["message"]
-    time.sleep(3)  # several timer ticks: no new Event, phase stays Failed
+    wait_for_timer_passes(3)  # no new Event, phase stays Failed
     assert len(events(kube, ns, "InvalidChild")) == 1
     assert job_status(kube, ns)["phase"] == "Failed"
     assert pods(kube, ns) == {}
@@ -710,17 +726,19 @@ def test_operator_restart_mid_reconcile_creates_no_duplicates(
     try:
         make_job(kube, ns)
         wait_for("the head pod only", lambda: by_role(kube, ns, "head"))
-        time.sleep(2)  # kopf retries the failing reconcile; nothing more gets created
+        wait_for_timer_passes(2)  # the failing reconcile is retried; nothing more is created
         assert list(pods(kube, ns)) == by_role(kube, ns, "head")
     finally:
         first.stop()
     head_uid = next(iter(pods(kube, ns).values()))["metadata"]["uid"]
 
+    resumed = reconciles("resume")
     second = RunningOperator(envtest, ns)
     second.start()
     try:
         wait_for("4 pods", lambda: len(pods(kube, ns)) == 4)
-        time.sleep(3)  # resume + several timer ticks
+        wait_for("the resume reconcile", lambda: reconciles("resume") > resumed)
+        wait_for_timer_passes(3)
         found = kube.list("Pod", ns, "trainjob.dev/name=quickstart")
         names = sorted(p["metadata"]["name"] for p in found)
         assert len(names) == len(set(names)) == 4
@@ -749,7 +767,7 @@ def test_existing_child_on_create_is_success(kube: KubeClient, operator: Running
     make_job(kube, ns)
     wait_for("4 pods", lambda: len(pods(kube, ns)) == 4)
     wait_phase(kube, ns, "Starting")
-    time.sleep(2)  # timer ticks: each create of the account answers 409
+    wait_for_timer_passes(2)  # each create of the account answers 409
     after = sum(ERRORS.labels(t)._value.get() for t in ("create", "timer", "pod", "resume"))
     assert after == before
     assert job_status(kube, ns)["phase"] == "Starting"

@@ -91,11 +91,6 @@ def test_watch_scopes_and_namespace_matching() -> None:
 
 
 # -- against a real kube-apiserver ------------------------------------------------------------
-@pytest.fixture
-def kube(envtest: EnvTest) -> KubeClient:
-    return KubeClient(_config(envtest))
-
-
 def _config(envtest: EnvTest) -> KubeConfig:
     return KubeConfig(host=envtest.host, token=envtest.token, ca_file=str(envtest.ca_file))
 

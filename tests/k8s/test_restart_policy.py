@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from tests.k8s.test_operator import (
-    CRD,
     RunningOperator,
     by_role,
     events,
@@ -26,19 +25,7 @@ from tests.k8s.test_operator import (
 )
 from tests.support import EnvTest
 from trainjob_operator.constants import parse_time
-from trainjob_operator.kube import KubeClient, KubeConfig
-
-
-@pytest.fixture(scope="module")
-def crd(envtest: EnvTest) -> None:
-    envtest.apply_crd(CRD)
-
-
-@pytest.fixture
-def kube(envtest: EnvTest) -> KubeClient:
-    return KubeClient(
-        KubeConfig(host=envtest.host, token=envtest.token, ca_file=str(envtest.ca_file))
-    )
+from trainjob_operator.kube import KubeClient
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.render.helpers import UID, container, make_job
+from tests.support.ports import free_port
 from trainjob_operator.render import render_children
 
 CLIENT = """
@@ -29,12 +30,6 @@ except Exception as exc:
     sys.exit(3)
 print("ANSWER", ray.get(ray.remote(lambda: 41 + 1).remote()))
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _base_env(home: Path) -> dict[str, str]:
@@ -65,12 +60,12 @@ def head_address(rendered: tuple[dict[str, Any], str], tmp_path: Path) -> Iterat
             assert ref == {"name": "auth-ray-auth", "key": "token"}
             env[var["name"]] = token
     assert env["RAY_AUTH_MODE"] == "token"
-    gcs = _free_port()
+    gcs = free_port()
     ports = {
         "--port": gcs,
-        "--dashboard-port": _free_port(),
-        "--ray-client-server-port": _free_port(),
-        "--metrics-export-port": _free_port(),
+        "--dashboard-port": free_port(),
+        "--ray-client-server-port": free_port(),
+        "--metrics-export-port": free_port(),
         "--num-cpus": 1,  # the rendered head has none; the client's task needs one
     }
     argv = []

@@ -57,7 +57,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
@@ -75,6 +74,7 @@ import yaml
 from kubernetes import client as k8s_client
 
 from tests.support.lifecycle import StartStop
+from tests.support.ports import free_port
 
 K8S_VERSION = "1.20.2"
 """The Kubernetes version that ``scripts/provision-envtest.sh`` builds."""
@@ -241,12 +241,6 @@ def ensure_assets(output: TextIO | None = None, timeout: float | None = 3600.0) 
 # --------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
@@ -793,7 +787,7 @@ class EnvTest(StartStop):
         self._etcd_dir = Path(
             tempfile.mkdtemp(prefix="trainjob-envtest-etcd-", dir=_etcd_data_parent())
         )
-        client_port, peer_port = _free_port(), _free_port()
+        client_port, peer_port = free_port(), free_port()
         self._etcd_url = f"http://127.0.0.1:{client_port}"
         peer_url = f"http://127.0.0.1:{peer_port}"
         proc = self._spawn(
@@ -819,7 +813,7 @@ class EnvTest(StartStop):
         self._wait(proc, "waiting for etcd /health", ready)
 
     def _start_apiserver(self) -> None:
-        self._port = _free_port()
+        self._port = free_port()
         proc = self._spawn("kube-apiserver", self.apiserver_args())
         url = f"https://127.0.0.1:{self._port}/readyz"
 

@@ -81,12 +81,12 @@ from kubernetes import watch as k8s_watch
 
 from tests.support.envtest import (
     EnvTestError,
-    _free_port,
     _http_get,
     _tail,
     _write_rsa_key_pair,
 )
 from tests.support.lifecycle import StartStop
+from tests.support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_CACHE_ENV = "TRAINJOB_NODE_CACHE"
@@ -790,7 +790,7 @@ class Node(StartStop):
             binary=shutil.which("socat") or "socat",
         )
         self._wait(inner, f"listening on {sock}", sock.exists)
-        port = _free_port()
+        port = free_port()
         outer = self._start(
             f"socat-{name}-outer",
             [f"TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork", f"UNIX-CONNECT:{sock}"],
