@@ -137,7 +137,12 @@ def test_a_killed_driver_is_fenced_off_and_a_new_driver_resumes(
         stderr=subprocess.DEVNULL,
     )
     try:
-        _wait_for("an upload in progress", lambda: _uploading_folder(run, 1))
+        # Uploads are asynchronous: a later round's files can land before an earlier round is
+        # committed (a loaded machine made it so), so wait for both.
+        _wait_for(
+            "a committed checkpoint and an upload in progress",
+            lambda: _uploading_folder(run, 1) and any(run.glob(f"checkpoint_0*/{COMMIT_MARKER}")),
+        )
         driver.send_signal(signal.SIGKILL)
         driver.wait(30)
     finally:
