@@ -60,7 +60,7 @@ class Tier:
 
 TIERS: tuple[Tier, ...] = (
     # Lane 0, light: after ruff and mypy; k8s once the Kubernetes binaries exist.
-    Tier("unit", QUICK_MARKERS, 3.0, lane=0),
+    Tier("unit", QUICK_MARKERS, 5.0, lane=0),
     Tier("k8s", "k8s and not node", 8.0, lane=0, needs="kubernetes"),
     # Lane 1, heavy: the two tiers that keep both cores busy (Ray clusters, pods), one at a
     # time: together they overload 2 cores (Ray nodes then time out starting); ray first, so
