@@ -43,12 +43,13 @@ def _existing(kube: KubeClient, namespace: str, name: str) -> set[tuple[str, str
     }
 
 
-def test_waves_put_every_pod_after_every_other_child() -> None:
+def test_waves_put_pods_after_their_account_and_the_binding_after_its_role() -> None:
     children = _children("ns", "tj")
-    waves = create_waves(children)
-    assert [m["kind"] for m in waves[-1]] == ["Pod"] * len(waves[-1])
-    assert all(m["kind"] != "Pod" for wave in waves[:-1] for m in wave)
-    assert sorted(map(id, (m for w in waves for m in w))) == sorted(map(id, children))
+    first, second = create_waves(children)
+    assert {m["kind"] for m in second} == {"Pod", "RoleBinding"}
+    assert {"ServiceAccount", "Role"} <= {m["kind"] for m in first}
+    assert not {"Pod", "RoleBinding"} & {m["kind"] for m in first}
+    assert sorted(map(id, first + second)) == sorted(map(id, children))
 
 
 def test_all_children_are_created_concurrently_and_again_is_a_no_op(

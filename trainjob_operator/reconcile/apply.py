@@ -73,13 +73,20 @@ def _pool() -> ThreadPoolExecutor:
     return _create_pool
 
 
+#: Kinds created in the second wave: they name a child of the first. A Pod names its
+#: ServiceAccount (the API server's admission looks it up); a RoleBinding names its Role (the
+#: API server resolves it to check that the operator does not grant more than it holds, and
+#: answers 404 while the Role does not exist yet).
+SECOND_WAVE_KINDS = frozenset({"Pod", "RoleBinding"})
+
+
 def create_waves(manifests: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """``manifests`` in the order they can be sent concurrently: every child that is not a Pod
-    first (a Pod names its ServiceAccount, which the API server's admission looks up), then
-    the Pods; each wave in the plan's order."""
-    others = [m for m in manifests if m.get("kind") != "Pod"]
-    pods = [m for m in manifests if m.get("kind") == "Pod"]
-    return [wave for wave in (others, pods) if wave]
+    """``manifests`` in the order they can be sent concurrently: every child but those of
+    :data:`SECOND_WAVE_KINDS` first, then those (the Pods and the RoleBinding); each wave in
+    the plan's order."""
+    first = [m for m in manifests if m.get("kind") not in SECOND_WAVE_KINDS]
+    second = [m for m in manifests if m.get("kind") in SECOND_WAVE_KINDS]
+    return [wave for wave in (first, second) if wave]
 
 
 def create_children(
