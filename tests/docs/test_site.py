@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,3 +32,11 @@ def test_site_builds_strictly(tmp_path: Path) -> None:
     assert (tmp_path / "reference" / "trainjob-api.html").is_file()
     api = (tmp_path / "reference" / "python-api.html").read_text(encoding="utf-8")
     assert "get_checkpoint" in api  # mkdocstrings rendered the runtime's docstrings
+    # Sphinx roles (:class:`X`) of the docstrings became links or code (scripts/
+    # griffe_sphinx_roles.py), none is shown literally
+    assert re.search(r":(class|func|meth|attr|data|mod|exc|obj):", api) is None
+    assert (
+        '<a class="autorefs autorefs-internal" title="PreemptionError '
+        '(trainer_runtime.errors.PreemptionError)" href="#trainer_runtime.errors.PreemptionError">'
+        "<code>PreemptionError</code></a>"
+    ) in api
