@@ -234,7 +234,7 @@ RUNTIME_LAYERS: tuple[tuple[str, ...], ...] = (
     ("storage",),
     ("checkpoint", "reported_checkpoint", "_snapshot", "_metrics", "_raylet", "_fencing"),
     ("config", "callbacks", "context"),
-    ("checkpoint_manager", "result", "_events", "_uploader", "_validation"),
+    ("checkpoint_manager", "result", "_events", "_uploader", "_validation", "_tpu_slices"),
     ("_session", "_coordinator"),
     ("_worker", "collective", "worker_group"),
     ("backend",),

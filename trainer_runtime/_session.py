@@ -29,7 +29,7 @@ from trainer_runtime._events import (
     UploadFailedEvent,
     WorkerFinishedEvent,
 )
-from trainer_runtime._fencing import FenceCheck
+from trainer_runtime._fencing import FenceCheck, FencedStorage
 from trainer_runtime._layout import (
     COMMIT_MARKER,
     checkpoint_dir_name_problem,
@@ -43,7 +43,7 @@ from trainer_runtime.config import ValidationTaskConfig
 from trainer_runtime.context import TrainContext
 from trainer_runtime.errors import CheckpointUploadError, ReportError, UserConfigError
 from trainer_runtime.reported_checkpoint import CheckpointConsistencyMode
-from trainer_runtime.storage import TransferStats, get_storage, join_uri
+from trainer_runtime.storage import Storage, TransferStats, get_storage, join_uri
 from trainer_runtime.storage.base import describe_error, is_permanent_error
 
 logger = logging.getLogger(__name__)
@@ -85,7 +85,14 @@ class TrainSession:
     ) -> None:
         self.context = context
         self.run_path = context.get_run_path()
-        self.storage = get_storage(self.run_path, context.storage_filesystem)
+        storage = get_storage(self.run_path, context.storage_filesystem)
+        #: Every write of this worker into the run goes through the fence: it stops once a
+        #: newer driver owns the run (see ``_fencing``).
+        self.storage: Storage = (
+            FencedStorage(storage, FenceCheck(storage, self.run_path, driver_epoch))
+            if driver_epoch
+            else storage
+        )
         self._sink = sink
         self.latest_checkpoint = latest_checkpoint
         self.next_round = round_offset
@@ -94,8 +101,6 @@ class TrainSession:
             os.environ.get("TRAINJOB_MAX_PENDING_UPLOADS", "2")
         )
         self.default_upload_mode = default_upload_mode or CheckpointUploadMode.SYNC.value
-        #: Stops this worker's uploads once a newer driver owns the run (see ``_fencing``).
-        self.fence = FenceCheck(self.storage, self.run_path, driver_epoch) if driver_epoch else None
         #: Whether the trainer has a ``ValidationConfig.fn`` (``report(validation=True)``).
         self.validation_fn_set = validation_fn_set
         #: ``FailureConfig.relax_collectives_on_preemption``: a round may commit without this
@@ -125,89 +130,35 @@ class TrainSession:
         validate_config: dict[str, Any] | None = None,
         checkpoint_upload_fn: Callable[[Checkpoint, str], Checkpoint] | None = None,
     ) -> None:
-        """See :func:`trainer_runtime.report`."""
-        task = self._validation_task(validation, checkpoint)
-        if self._health_check is not None:
-            self._health_check()
-        if self._uploader is not None:
-            self._uploader.raise_if_failed()
-        clean_metrics = validate_metrics(metrics)
-        try:
-            mode = CheckpointUploadMode.parse(
-                checkpoint_upload_mode
-                if checkpoint_upload_mode is not None
-                else self.default_upload_mode
-            )
-        except ValueError as exc:
-            raise ReportError(f"report(): {exc}") from None
-        if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
-            raise ReportError(
-                f"report(checkpoint=...) must be a trainer_runtime.Checkpoint (use "
-                f"Checkpoint.from_directory(path)), got {type(checkpoint).__name__}"
-            )
-        if checkpoint_upload_fn is not None and not callable(checkpoint_upload_fn):
-            raise ReportError(
-                f"report(checkpoint_upload_fn=...) must be callable, got {checkpoint_upload_fn!r}"
-            )
-        if validate_fn is not None and not callable(validate_fn):
-            raise ReportError(f"report(validate_fn=...) must be callable, got {validate_fn!r}")
-        if validate_config is not None and not isinstance(validate_config, dict):
-            raise ReportError("report(validate_config=...) must be a dict")
-        if validate_config is not None and validate_fn is None:
-            raise ReportError(
-                "report(validate_config=...) was given without validate_fn; pass the function "
-                "that validates the checkpoint as validate_fn"
-            )
-        if checkpoint is None:
-            validate_fn = validate_config = None  # nothing to validate: ignored, as in Ray
-        if checkpoint_dir_name is not None and (
-            problem := checkpoint_dir_name_problem(checkpoint_dir_name)
-        ):
-            raise ReportError(f"report(checkpoint_dir_name={checkpoint_dir_name!r}): {problem}")
+        """See :func:`trainer_runtime.report`.
 
+        The steps: check the arguments (before anything is sent), then a round without a
+        checkpoint is reported at once; a checkpoint gets its folder in the run's storage,
+        and is then stored by the user (``NO_UPLOAD``), by ``checkpoint_upload_fn``, or
+        uploaded by the runtime, now (SYNC) or in the background (ASYNC). The report event
+        carries the validation to run once its round commits.
+        """
+        task = self._validation_task(validation, checkpoint)
+        self._raise_if_run_failed()
+        clean_metrics = validate_metrics(metrics)
+        mode = self._upload_mode(checkpoint_upload_mode)
+        _check_report_arguments(
+            checkpoint, checkpoint_dir_name, checkpoint_upload_fn, validate_fn, validate_config
+        )
         round_index = self.next_round
         rank = self.context.world_rank
-        if checkpoint is None:
+        if checkpoint is None:  # validate_fn and validate_config are ignored, as in Ray
             self.next_round += 1
             self._sink(ReportEvent(rank, round_index, clean_metrics, upload_mode=mode.value))
             return
 
-        folder_stat: os.stat_result | None = None
-        if mode is CheckpointUploadMode.NO_UPLOAD:
-            dest = checkpoint.path
-            if join_uri(self.run_path, dest.rsplit("/", 1)[-1]) != dest:
-                raise ReportError(
-                    f"report(checkpoint_upload_mode=NO_UPLOAD): checkpoint {dest} is not a "
-                    f"folder of this run's folder {self.run_path}; write it to "
-                    "get_context().get_storage().build_checkpoint_path_from_name(NAME), or "
-                    "let report() upload it (SYNC or ASYNC)"
-                )
-            if (problem := checkpoint_dir_name_problem(dest.rsplit("/", 1)[-1])) is not None:
-                raise ReportError(f"report(): checkpoint folder {dest}: {problem}")
-        elif checkpoint_upload_fn is not None:
-            name = checkpoint_dir_name or default_checkpoint_dir_name(round_index)
-            dest = join_uri(self.run_path, name)
-            if checkpoint.is_local:
-                folder_stat = _stat_reported_folder(checkpoint.path)
-        else:
-            if not checkpoint.is_local:
-                raise ReportError(
-                    f"report(): checkpoint {checkpoint.path} is already in remote storage; "
-                    "pass checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD for it"
-                )
-            folder_stat = _stat_reported_folder(checkpoint.path)
-            name = checkpoint_dir_name or default_checkpoint_dir_name(round_index)
-            dest = join_uri(self.run_path, name)
-        self.next_round += 1
-        delete_after = (
-            delete_local_checkpoint_after_upload
-            if delete_local_checkpoint_after_upload is not None
-            else mode is CheckpointUploadMode.ASYNC
+        dest, folder_stat = self._checkpoint_destination(
+            checkpoint, checkpoint_dir_name, mode, checkpoint_upload_fn is not None, round_index
         )
-        if delete_after and mode is not CheckpointUploadMode.NO_UPLOAD and checkpoint.is_local:
-            self._refuse_deleting_storage(
-                Path(checkpoint.path), bool(delete_local_checkpoint_after_upload), folder_stat
-            )
+        self.next_round += 1
+        delete_after = self._delete_after_upload(
+            checkpoint, mode, delete_local_checkpoint_after_upload, folder_stat
+        )
         event = ReportEvent(
             rank,
             round_index,
@@ -219,45 +170,126 @@ class TrainSession:
             validation=task,
         )
         if mode is CheckpointUploadMode.NO_UPLOAD:
-            self._sink(event)
-            self._sink(UploadDoneEvent(rank, round_index, dest, stored=None))
-            self.latest_checkpoint = Checkpoint(dest)
-            return
-        if checkpoint_upload_fn is not None:
+            self._report_stored(event, dest)
+        elif checkpoint_upload_fn is not None:
             self._report_with_upload_fn(
                 event, checkpoint, checkpoint_upload_fn, dest, mode, delete_after
             )
-            return
+        else:
+            self._report_with_upload(event, checkpoint, dest, mode, delete_after)
+
+    def _raise_if_run_failed(self) -> None:
+        """Raise, before this round is reported, what already failed: the run's health
+        check (another rank or the controller failed) or an earlier ASYNC upload."""
+        if self._health_check is not None:
+            self._health_check()
+        if self._uploader is not None:
+            self._uploader.raise_if_failed()
+
+    def _upload_mode(self, requested: CheckpointUploadMode | str | None) -> CheckpointUploadMode:
+        """``report(checkpoint_upload_mode=...)``, or the trainer's default when not given."""
+        try:
+            return CheckpointUploadMode.parse(
+                requested if requested is not None else self.default_upload_mode
+            )
+        except ValueError as exc:
+            raise ReportError(f"report(): {exc}") from None
+
+    def _checkpoint_destination(
+        self,
+        checkpoint: Checkpoint,
+        checkpoint_dir_name: str | None,
+        mode: CheckpointUploadMode,
+        has_upload_fn: bool,
+        round_index: int,
+    ) -> tuple[str, os.stat_result | None]:
+        """The checkpoint's folder in the run's storage, and the reported local folder's
+        ``os.stat`` (None when not local or not to be uploaded).
+
+        ``NO_UPLOAD``: the checkpoint must already be a folder of the run's folder. Otherwise
+        the folder is ``checkpoint_dir_name`` or the round's default name, and (without a
+        ``checkpoint_upload_fn``) the checkpoint must be local.
+        """
+        if mode is CheckpointUploadMode.NO_UPLOAD:
+            dest = checkpoint.path
+            if join_uri(self.run_path, dest.rsplit("/", 1)[-1]) != dest:
+                raise ReportError(
+                    f"report(checkpoint_upload_mode=NO_UPLOAD): checkpoint {dest} is not a "
+                    f"folder of this run's folder {self.run_path}; write it to "
+                    "get_context().get_storage().build_checkpoint_path_from_name(NAME), or "
+                    "let report() upload it (SYNC or ASYNC)"
+                )
+            if (problem := checkpoint_dir_name_problem(dest.rsplit("/", 1)[-1])) is not None:
+                raise ReportError(f"report(): checkpoint folder {dest}: {problem}")
+            return dest, None
+        if not has_upload_fn and not checkpoint.is_local:
+            raise ReportError(
+                f"report(): checkpoint {checkpoint.path} is already in remote storage; "
+                "pass checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD for it"
+            )
+        folder_stat = _stat_reported_folder(checkpoint.path) if checkpoint.is_local else None
+        name = checkpoint_dir_name or default_checkpoint_dir_name(round_index)
+        return join_uri(self.run_path, name), folder_stat
+
+    def _delete_after_upload(
+        self,
+        checkpoint: Checkpoint,
+        mode: CheckpointUploadMode,
+        requested: bool | None,
+        folder_stat: os.stat_result | None,
+    ) -> bool:
+        """Whether the reported folder is deleted once uploaded (by default: ASYNC only);
+        refuses a folder that holds the run's own storage."""
+        delete_after = requested if requested is not None else mode is CheckpointUploadMode.ASYNC
+        if delete_after and mode is not CheckpointUploadMode.NO_UPLOAD and checkpoint.is_local:
+            self._refuse_deleting_storage(Path(checkpoint.path), bool(requested), folder_stat)
+        return delete_after
+
+    def _report_stored(self, event: ReportEvent, dest: str) -> None:
+        """``NO_UPLOAD``: the user stored the checkpoint in ``dest``; it is reported as
+        uploaded at once."""
+        self._sink(event)
+        self._sink(UploadDoneEvent(event.rank, event.round, dest, stored=None))
+        self.latest_checkpoint = Checkpoint(dest)
+
+    def _report_with_upload(
+        self,
+        event: ReportEvent,
+        checkpoint: Checkpoint,
+        dest: str,
+        mode: CheckpointUploadMode,
+        delete_after: bool,
+    ) -> None:
+        """SYNC or ASYNC upload of the local folder by the runtime (a folder that already
+        holds a commit marker is uploaded from a copy without it)."""
         local_dir = Path(checkpoint.path)
         snapshot = take_snapshot(local_dir)
         if snapshot.has_commit_marker:
             local_dir = _copy_without_commit_marker(checkpoint)
             delete_after = True  # the copy is ours; the reported folder is left as it is
             snapshot = take_snapshot(local_dir)
-        job = UploadJob(round_index, local_dir, dest, delete_after, snapshot)
-        job.check = self.fence
-        job.claim = self._claim_for(round_index)
-        if mode is CheckpointUploadMode.SYNC:
-            try:
-                stats = run_upload(self.storage, job)
-            except Exception as exc:
-                if local_dir != Path(checkpoint.path):
-                    shutil.rmtree(local_dir, ignore_errors=True)
-                self._sink(event)
-                self._on_upload_failed(job, exc)
-                if isinstance(exc, ReportError):
-                    raise
-                raise CheckpointUploadError(
-                    f"uploading checkpoint {checkpoint.path} to {dest} failed: "
-                    f"{describe_error(exc)}"
-                ) from exc
-            if stats is None:  # the round was committed without this rank
-                return
+        job = UploadJob(event.round, local_dir, dest, delete_after, snapshot)
+        job.claim = self._claim_for(event.round)
+        if mode is not CheckpointUploadMode.SYNC:
             self._sink(event)
-            self._on_upload_done(job, stats)
+            self._get_uploader().submit(job)
+            return
+        try:
+            stats = run_upload(self.storage, job)
+        except Exception as exc:
+            if local_dir != Path(checkpoint.path):
+                shutil.rmtree(local_dir, ignore_errors=True)
+            self._sink(event)
+            self._on_upload_failed(job, exc)
+            if isinstance(exc, ReportError):
+                raise
+            raise CheckpointUploadError(
+                f"uploading checkpoint {checkpoint.path} to {dest} failed: {describe_error(exc)}"
+            ) from exc
+        if stats is None:  # the round was committed without this rank
             return
         self._sink(event)
-        self._get_uploader().submit(job)
+        self._on_upload_done(job, stats)
 
     def _report_with_upload_fn(
         self,
@@ -541,6 +573,38 @@ class TrainSession:
                 config_error=isinstance(error, ReportError | UserConfigError),
             )
         )
+
+
+def _check_report_arguments(
+    checkpoint: Checkpoint | None,
+    checkpoint_dir_name: str | None,
+    checkpoint_upload_fn: Callable[..., Any] | None,
+    validate_fn: Callable[..., Any] | None,
+    validate_config: dict[str, Any] | None,
+) -> None:
+    """The types of ``report()``'s arguments and the combinations it refuses."""
+    if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
+        raise ReportError(
+            f"report(checkpoint=...) must be a trainer_runtime.Checkpoint (use "
+            f"Checkpoint.from_directory(path)), got {type(checkpoint).__name__}"
+        )
+    if checkpoint_upload_fn is not None and not callable(checkpoint_upload_fn):
+        raise ReportError(
+            f"report(checkpoint_upload_fn=...) must be callable, got {checkpoint_upload_fn!r}"
+        )
+    if validate_fn is not None and not callable(validate_fn):
+        raise ReportError(f"report(validate_fn=...) must be callable, got {validate_fn!r}")
+    if validate_config is not None and not isinstance(validate_config, dict):
+        raise ReportError("report(validate_config=...) must be a dict")
+    if validate_config is not None and validate_fn is None:
+        raise ReportError(
+            "report(validate_config=...) was given without validate_fn; pass the function "
+            "that validates the checkpoint as validate_fn"
+        )
+    if checkpoint_dir_name is not None and (
+        problem := checkpoint_dir_name_problem(checkpoint_dir_name)
+    ):
+        raise ReportError(f"report(checkpoint_dir_name={checkpoint_dir_name!r}): {problem}")
 
 
 def _dumps(data: Any) -> bytes:

@@ -35,6 +35,11 @@ import pytest
 import trainjob_operator.api.tpu as api_tpu
 from tests.runtime.jax_workloads import collective_train, worker_probe
 from trainer_runtime import RunConfig, ScalingConfig, TrainingFailedError
+from trainer_runtime._tpu_slices import (
+    discover_tpu_slices,
+    tpu_slice_name_of_node,
+    tpu_worker_env,
+)
 from trainer_runtime.errors import UserConfigError
 from trainer_runtime.jax import JaxTrainer
 from trainer_runtime.tpu import (
@@ -43,12 +48,7 @@ from trainer_runtime.tpu import (
     normalize_accelerator_type,
     slice_shape,
 )
-from trainer_runtime.worker_group import (
-    WorkerGroup,
-    discover_tpu_slices,
-    tpu_slice_name_of_node,
-    tpu_worker_env,
-)
+from trainer_runtime.worker_group import WorkerGroup
 
 V6E_4X4: dict[str, Any] = {"use_tpu": True, "topology": "4x4", "accelerator_type": "TPU-V6E"}
 
@@ -448,9 +448,9 @@ def test_head_reservation_first_when_no_free_slice_is_known(
     fake_tpu_cluster: FakeTpuCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """As when an autoscaler is still adding the slice (FAKE TPU hosts): head first, then slice."""
-    from trainer_runtime import worker_group
+    from trainer_runtime import _tpu_slices
 
-    monkeypatch.setattr(worker_group, "discover_tpu_slices", lambda nodes, shape: [])
+    monkeypatch.setattr(_tpu_slices, "discover_tpu_slices", lambda nodes, shape: [])
     group, probes = _group_probe(ScalingConfig(num_workers=4, **V6E_4X4))
     try:
         nodes = [p["node_id"] for p in probes]
