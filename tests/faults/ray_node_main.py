@@ -70,6 +70,37 @@ def _start_node(head: str, log: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
+JOIN_TIMEOUT_S = 240
+"""How long a node may take to join: ``ray start`` on a 2-core machine running other tiers
+beside this one takes from seconds to minutes."""
+JOIN_ATTEMPTS = 3
+"""Tries to start a node whose ``ray start`` exited before joining: the ports picked for it
+(:func:`own_port_flags`) can be taken by another process of this host in the meantime, which
+cannot happen between pods, each with a network of its own."""
+
+
+def _join_node(head: str, log: Path, alive_nodes: int) -> subprocess.Popen[bytes]:
+    """Start a node and wait until the cluster has ``alive_nodes`` nodes alive; start it again
+    (fresh ports) if its ``ray start`` exits first. The error names the log and quotes it."""
+    import ray
+
+    for attempt in range(1, JOIN_ATTEMPTS + 1):
+        proc = _start_node(head, log)
+
+        def joined(proc: subprocess.Popen[bytes] = proc) -> bool | str:
+            if sum(1 for n in ray.nodes() if n["Alive"]) >= alive_nodes:
+                return True
+            return "exited" if proc.poll() is not None else False
+
+        try:
+            if _wait_for(f"a node joining (log: {log})", joined, JOIN_TIMEOUT_S) is True:
+                return proc
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n--- {log} ---\n{log.read_text()[-3000:]}") from None
+        print(f"ray start exited before joining (try {attempt}):\n{log.read_text()[-2000:]}")
+    raise AssertionError(f"ray start exited before joining, {JOIN_ATTEMPTS} times (log: {log})")
+
+
 def run(workdir: Path) -> dict[str, Any]:
     """Run the scenario in ``workdir`` and return what was observed."""
     import ray
@@ -84,12 +115,7 @@ def run(workdir: Path) -> dict[str, Any]:
     try:
         ray.init(address=cluster.address)
         for i, log in enumerate(logs):  # one at a time: a loaded 2-core machine
-            procs.append(_start_node(cluster.address, log))
-            _wait_for(
-                f"worker node {i} joining (log: {log})",
-                lambda i=i: sum(1 for n in ray.nodes() if n["Alive"]) == i + 2,
-                120,
-            )
+            procs.append(_join_node(cluster.address, log, alive_nodes=i + 2))
         node_of = {
             p.pid: _wait_for("a raylet", lambda p=p: raylet_node_id(p.pid), 60) for p in procs
         }

@@ -13,6 +13,7 @@ in a separate process (``tests/faults/ray_node_main.py``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -91,12 +92,16 @@ def test_a_fresh_ray_node_has_a_raylet_id_and_no_busy_workers(tmp_path: Path) ->
         assert any(t.startswith("ray::") for t in titles), titles
         assert ray_node.busy_ray_workers(node.pid) == []
     finally:
-        os.killpg(node.pid, signal.SIGTERM)
+        # To `ray start` alone, which stops what it started (in seconds); SIGTERM to the whole
+        # group reached its children too and the stop hung for a minute.
+        node.send_signal(signal.SIGTERM)
         try:
             node.wait(timeout=60)
         except subprocess.TimeoutExpired:  # `ray stop` can hang on a loaded machine
-            os.killpg(node.pid, signal.SIGKILL)
+            node.kill()
             node.wait(timeout=60)
+        with contextlib.suppress(ProcessLookupError):  # whatever is left of the node
+            os.killpg(node.pid, signal.SIGKILL)
 
 
 def test_a_notice_while_waiting_for_the_head_exits_at_once(tmp_path: Path) -> None:
@@ -133,3 +138,55 @@ def test_a_notice_while_waiting_for_the_head_exits_at_once(tmp_path: Path) -> No
     assert "waiting for the Ray head at 127.0.0.1:1" in line
     child.send_signal(signal.SIGTERM)
     assert child.wait(timeout=60) == 0
+
+
+def test_a_notice_during_the_health_check_stops_it_and_exits_at_once() -> None:
+    # Something listens at the address but never answers as a GCS: `ray health-check` would
+    # take about 40 seconds to fail; the notice kills it and the process leaves at once.
+    import signal
+    import socket
+    import time
+
+    from tests.support.waiting import wait_for
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        child = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "trainjob_operator.launcher.ray_node",
+                f"--wait-for-head={address}",
+                "--",
+                "ray",
+                "start",
+                f"--address={address}",
+                "--block",
+            ],
+            cwd=REPO,
+            env={
+                **os.environ,
+                "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+            },
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+
+            def health_check_running() -> bool:
+                return any(
+                    "health-check" in ray_node.cmdline(pid)
+                    for pid in ray_node.descendants(child.pid)
+                )
+
+            wait_for("ray health-check under the launcher", health_check_running, 60, 0.1)
+            noticed = time.monotonic()
+            child.send_signal(signal.SIGTERM)
+            assert child.wait(timeout=30) == 0
+            assert time.monotonic() - noticed < 10  # not the health check's 40 seconds
+            assert not health_check_running()
+        finally:
+            if child.poll() is None:
+                child.kill()

@@ -25,8 +25,8 @@ Without it the kubelet's SIGTERM reached ``ray start --block`` itself, which sto
 and kills its workers at once: the notice was lost, and up to a checkpoint interval of work
 with it.
 
-Before starting Ray it can wait for the head (``--wait-for-head ADDRESS``, polling
-``ray health-check``) and leaves promptly on SIGTERM while it waits.
+Before starting Ray it can wait for the head (``--wait-for-head ADDRESS``: its GCS port opens,
+then ``ray health-check`` passes) and leaves promptly on SIGTERM while it waits.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import argparse
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -261,17 +262,42 @@ class RayNode:
             logger.warning("grace period almost over: stopping Ray with workers still busy")
 
 
-def wait_for_head(address: str, stopped: threading.Event) -> bool:
-    """Poll ``ray health-check --address`` until the head answers; False if stopped first."""
-    while not stopped.is_set():
-        done = subprocess.run(  # FileNotFoundError without `ray` on PATH: nothing can start
-            ["ray", "health-check", f"--address={address}"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            check=False,
-        )
-        if done.returncode == 0:
+def head_reachable(address: str, timeout_s: float = HEAD_POLL_S) -> bool:
+    """Whether a TCP connection to the head's GCS ``host:port`` opens (the head's Service
+    resolves and something listens). Cheap: ``ray health-check`` against an address where
+    nothing answers takes about 40 seconds to fail."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
             return True
+    except (OSError, ValueError):
+        return False
+
+
+def _health_check(address: str, stopped: threading.Event) -> bool:
+    """Run ``ray health-check --address``; True if it passed, False if it failed or
+    ``stopped`` was set meanwhile (the check is then killed, so a notice is obeyed at once)."""
+    check = subprocess.Popen(  # FileNotFoundError without `ray` on PATH: nothing can start
+        ["ray", "health-check", f"--address={address}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    while check.poll() is None:
+        if stopped.wait(POLL_S):
+            check.kill()
+            check.wait()
+            return False
+    return check.returncode == 0
+
+
+def wait_for_head(address: str, stopped: threading.Event) -> bool:
+    """Wait until the head answers: its GCS port opens (:func:`head_reachable`), then
+    ``ray health-check`` passes. Prints a line per try; False if ``stopped`` first."""
+    while not stopped.is_set():
+        if head_reachable(address) and _health_check(address, stopped):
+            return True
+        if stopped.is_set():
+            break
         print(f"waiting for the Ray head at {address}", flush=True)
         stopped.wait(HEAD_POLL_S)
     return False
