@@ -11,9 +11,12 @@ Usage::
 Each benchmark runs in its own process (its own Ray cluster, API server, emulator) and writes
 ``benchmarks/results/<name>.json`` (names: :data:`BENCHES`); the wall time of the latest run
 of each goes to ``benchmarks/results/_runs.json``. ``--quick`` passes ``--quick`` to each and
-skips the 1 GiB checkpoint run. Extra arguments after ``--`` go to every benchmark. The
-document's report() and checkpoint sections are rendered here, the others in
-:mod:`benchmarks.sections`.
+skips the 1 GiB checkpoint run. Extra arguments after ``--`` go to every benchmark.
+
+The document is rendered from those results: the figures, tables and goal verdicts are
+computed here (the report() and checkpoint sections, the goals, the frame) and in
+:mod:`benchmarks.sections` (the other sections); the prose around them, and the history of
+past A/B runs, is markdown in ``benchmarks/narrative/`` (filled by :mod:`benchmarks.templates`).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import common, sections
+from benchmarks import common, sections, templates
 
 DOC = common.REPO_ROOT / "docs" / "benchmarks.md"
 IMG_DIR = common.REPO_ROOT / "docs" / "img"
@@ -186,40 +189,14 @@ def render_report(data: dict[str, Any], img_rel: str) -> tuple[str, list[dict[st
     ratio_table = _table(
         ["comparison", "calls/s", "p50 latency", "p99 latency", "ingest/s"], ratio_rows
     )
-    text = f"""## 1. Metrics-only `report()`
-
-`benchmarks/bench_report.py`: the same train loop, `report({{"step": i, "loss": ...}})` with no
-checkpoint, {p["warmup"]} untimed calls, then timed calls, each timed with
-`time.perf_counter()` inside the train function. {workers} Ray workers (`TorchTrainer`, gloo
-process group, `ray.init(num_cpus=4)`), and local mode. Calls per run: trainer_runtime
-{p["calls_ours"]:,}; Ray Train {p["calls_ray_train_default_poll"]:,} with its default poll
-interval and {p["calls_ray_train_tuned_poll"]:,} with
-`RAY_TRAIN_HEALTH_CHECK_INTERVAL_S={p["ray_poll_s"]:g}`. Repeats: {p["repeats"]} (medians).
-
-* **calls/s**: timed calls / the slowest rank's loop time (per worker);
-* **p50 / p99 / max**: one call's latency, all ranks pooled;
-* **ingest/s**: timed calls / (time the controller took in rank 0's last report - loop start),
-  from a driver-side `Callback.on_report` (ours) or a `UserCallback.after_report` in Ray
-  Train's controller actor; "n/a" where no controller runs (Ray Train local mode);
-* **fit s**: the whole `fit()`, start-up and tear-down included.
-
-{main_table}
-
-Ratios, trainer_runtime over Ray Train, same run (higher is better for trainer_runtime; the
-latency columns are Ray Train's latency divided by ours):
-
-{ratio_table}
-
-![report() latency CDF]({img_rel}/report_latency_cdf.png)
-
-Why Ray Train is slower here: every `ray.train.report()` first agrees on a checkpoint
-folder name across ranks through an actor call (`broadcast_from_rank_zero`, also without a
-checkpoint), then puts the result into a per-worker queue that holds **one** result and is
-emptied only when the controller polls the workers, every
-`RAY_TRAIN_HEALTH_CHECK_INTERVAL_S` (2 s by default). So with the defaults a worker can
-report about once per poll. Ray Train's local mode `report()` only keeps the metrics in
-memory (no controller, nothing persisted), so that row is not like-for-like.
-"""
+    text = templates.fill(
+        "report",
+        p=p,
+        workers=workers,
+        main_table=main_table,
+        ratio_table=ratio_table,
+        img_rel=img_rel,
+    )
     return text, goals
 
 
@@ -242,8 +219,8 @@ IN_RUN_BOUND = {
 
 
 def _raw_fsyncs(data: dict[str, Any]) -> bool:
-    """Whether the run's local RAW phase fsynced its copies (runs before 2026-12-04 19:30
-    did not: their bound is page-cache speed)."""
+    """Whether the run's local RAW phase fsynced its copies (older results did not: their
+    bound is page-cache speed)."""
     return bool(data.get("params", {}).get("raw_fsync"))
 
 
@@ -621,94 +598,28 @@ def render_checkpoint(
         else "machine, not pinned: it shares the 2 cores with the training loop)"
     )
     link_text = (
-        "An ASYNC checkpoint's folder is deleted after its upload (the default), so since "
-        "2026-12-06 trainer_runtime hard-links its files into the run folder instead of "
-        "copying them (same file system, no other name): the upload is the `fsync` of data the "
-        "loop wrote, without a copy; SYNC keeps the folder and copies."
-        if "ours_local_upload_dir_consumed" in raw
-        else ""
+        templates.fill("checkpoint_hard_link") if "ours_local_upload_dir_consumed" in raw else ""
     )
-    text = f"""## {heading}
-
-`benchmarks/bench_async_checkpoint.py`: {p["workers"]} Ray worker, {p["torch_threads"]} torch
-thread. Each step is a fixed amount of compute ({p["matmul_n"]}x{p["matmul_n"]} float32
-matmuls, calibrated in the worker to {p["step_s"]:g} s). Every {p["every"]} steps
-(**one checkpoint every {interval:g} s of compute**) the loop writes a **{size}**
-checkpoint (one random binary file + a small JSON file) into a fresh local folder and reports
-it. Each `fit()` runs a baseline phase ({p["baseline_steps"]} steps, no checkpoints), then
-{p["checkpoints_per_mode"]} checkpoint(s) in SYNC mode, then (trainer_runtime's fits only) a
-RAW phase of {p["checkpoints_per_mode"]} in which the loop stores each checkpoint itself with
-the library alone, synchronously (`shutil.copyfile` into a kept folder{raw_fsync}, or
-google-cloud-storage `Blob.upload_from_filename` with its defaults; the 2 newest kept):
-**the physical bound, measured in the same process, at the same cadence and in the same
-machine state as the uploads it bounds**; then {p["checkpoints_per_mode"]} in ASYNC mode.
-Every checkpoint is followed by a full interval of compute, so ASYNC uploads overlap training.
-`CheckpointConfig(num_to_keep={p["num_to_keep"]})` for both frameworks.
-Storage: a local folder on the same disk, and fake-gcs-server (memory backend, on this
-{emulator_where}: `gs://bucket/runs` for trainer_runtime, a `pyarrow.fs.GcsFileSystem` pointed at
-the emulator for Ray Train (Ray Train writes through pyarrow). Ray Train 2.60 has
-`ray.train.CheckpointUploadMode.SYNC` and `.ASYNC`, so both modes are compared. On local
-storage trainer_runtime fsyncs every stored file and folder before the commit marker (a
-committed checkpoint survives a power loss); Ray Train's pyarrow copy does not fsync, so its
-local figures are page-cache speed and its checkpoints are not yet on disk when it reports
-them. {link_text}
-
-* **report p50 / max**: time inside `report()` for the calls that carried a checkpoint (the
-  time training is blocked);
-* **goodput**: compute time / wall time of the phase (checkpoint-file writes and `report()`
-  count against it); **goodput excl. writes**: the same without the loop's own file writes
-  (the same user code under both frameworks), i.e. what the runtime costs;
-* **work goodput**: (steps x the baseline phase's seconds per step) / wall time, which also
-  counts compute slowed down by the upload competing for the 2 cores; **in-phase**: the same
-  with the median of the phase's own steps that overlapped no upload in place of the baseline
-  phase (taken in the same minutes, so the machine's drift since the baseline phase drops
-  out; n/a for results recorded before the benchmark kept per-step times);
-* **upload MiB/s**: bytes / time inside the framework's upload function (`Storage.upload_dir`
-  for ours, `TrainContext._upload_checkpoint` for Ray Train, both wrapped in the worker), so
-  background ASYNC uploads are timed too; for the RAW phase, the library call itself;
-  **% of raw**: of the RAW phase of the same storage (for results written before that phase
-  existed: of the driver's raw figure below).
-
-{_table(header, rows)}
-
-Ratios, trainer_runtime over Ray Train, same run (blocking: Ray Train's time / ours, so higher
-is better for trainer_runtime everywhere):
-
-{ratio_table}
-
-Transfers measured in the driver before the runs (same {size} file, cases interleaved,
-median of {raw.get("repeats", "?")}); the RAW phase above is the bound, these explain it. As in
-a run, the first two cases of each storage start after the machine idled {idle_text} (a run
-computes for a checkpoint interval between two checkpoints), then a fresh file is written
-(untimed), as the loop writes its checkpoint, and copied or
-uploaded (timed); local copies go into a folder that is kept (the 2 newest stay, the source is
-deleted), as the runs do. The idle gap matters here: this VM hands memory that has been free
-for a few seconds back to its host (virtio-balloon free page reporting), and the next time the
-page cache or a process fills that memory, every page is faulted in again on the host, which
-costs far more CPU than the copy itself. {touch_text}Measured back to back, as the bound was
-before, a copy reuses memory the previous one just freed and runs at memory speed: a speed no
-checkpoint in a run sees (the loop's own file write pays the same price: see the write time in
-"goodput" vs "goodput excl. writes"). The other GCS cases run back to back, for reference:
-
-{_table(["transfer", "MiB/s", "seconds per run", "idle before"], raw_rows)}
-
-Each upload in the runs, MiB/s (in order):
-
-{_table(["framework", "storage", "mode", "MiB/s of each upload"], upload_rows)}
-
-Per `fit()`:
-
-{fit_table}
-
-"after loop s": `fit()` returned this long after the train loop ended (the last ASYNC upload
-and tear-down). "emulator CPU s": CPU time fake-gcs-server used during that `fit()`.
-
-![time blocked in report()]({img_rel}/checkpoint_blocking{sfx}.png)
-
-![goodput]({img_rel}/checkpoint_goodput{sfx}.png)
-
-![upload throughput]({img_rel}/checkpoint_upload{sfx}.png)
-"""
+    text = templates.fill(
+        "checkpoint",
+        heading=heading,
+        p=p,
+        interval=interval,
+        size=size,
+        raw_fsync=raw_fsync,
+        emulator_where=emulator_where,
+        link_text=link_text,
+        main_table=_table(header, rows),
+        ratio_table=ratio_table,
+        repeats=raw.get("repeats", "?"),
+        idle_text=idle_text,
+        touch_text=touch_text,
+        raw_table=_table(["transfer", "MiB/s", "seconds per run", "idle before"], raw_rows),
+        upload_table=_table(["framework", "storage", "mode", "MiB/s of each upload"], upload_rows),
+        fit_table=fit_table,
+        img_rel=img_rel,
+        sfx=sfx,
+    )
     return text, goals
 
 
@@ -873,155 +784,18 @@ def _notes(ckpts: list[dict[str, Any]]) -> str:
             "30 s is projected from it (interval / (interval + overhead)), assuming uploads "
             "finish within the interval. The 1 GiB run uses the real 30 s interval."
         )
-    lines += [
-        "* On fake-gcs-server the emulator's own CPU use (hashing and copying every byte) "
-        'competes with the compute on the same 2 cores; that is why "work goodput" drops '
-        "during GCS uploads for both frameworks. Against real GCS that CPU is on Google's side.",
-        "* Ray Train's `fit s` can include ~12-15 s of tear-down in which Ray Train's "
-        "PlacementGroupCleaner fails to stop gracefully (its state-API call times out in this "
-        'sandbox; logged as "Failed to stop PlacementGroupCleaner gracefully"), as in the runs '
-        "of 2026-12-04 and -05; the start-up runs of 2026-12-06 tore down in about 3 s. It does "
-        "not affect the in-loop figures.",
-        "* Upload times are measured by wrapping each framework's upload function inside the "
-        "worker (private APIs, only for timing): `trainer_runtime` `Storage.upload_dir`, Ray "
-        "Train `ray.train.v2._internal.execution.context.TrainContext._upload_checkpoint`.",
-        "* The uploader thread runs 10 nice levels lower (`TRAINJOB_UPLOAD_NICE`, issue 20). "
-        "A/B on 2026-12-04 (`bench_async_checkpoint.py --frameworks ours --storage local "
-        "--checkpoints 4`, 256 MiB, nice 0 and nice 10 alternating, twice each; the 256 MiB "
-        "tables above were run with it on 2026-12-05, the 1 GiB tables before it). With 1 "
-        "torch thread the cores are not "
-        "contended: the ASYNC work goodput excluding the loop's own file writes was 1.003 and "
-        "1.012 at nice 0, 0.999 at nice 10 (the other nice-10 run's figure was not kept). With "
-        "2 torch threads the step uses both cores and the upload competes with it: ASYNC work "
-        "goodput (as in the tables) 0.810 / 0.879 at nice 0, 0.946 / 0.945 at nice 10 "
-        "(excluding the loop's writes 0.892 / 0.974 vs 1.054 / 1.048), the upload running at "
-        "798-880 instead of 1,191-1,339 MiB/s.",
-        "* Before the emulator was pinned (next note; issue 20): ASYNC work goodput on "
-        "fake-gcs-server trailed Ray Train's. In the "
-        "256 MiB tables above 81.7% vs 83.7% (0.977x); a longer side-by-side run on 2026-12-05 "
-        "(`bench_async_checkpoint.py --storage gcs --checkpoints 4`) gave 72.8% vs 86.5% "
-        "(0.84x), with ours uploading faster (77.6 vs 63.4 MiB/s) and time-based goodput "
-        "excluding the loop's writes equal (99.99% vs 99.91%). The upload threads run at nice "
-        "+10 but share the worker process's GIL with the training loop, and the emulator runs "
-        "at normal priority. Ray Train's uploads go through pyarrow's C++ "
-        "filesystem (no Python per chunk); ours through google-cloud-storage's resumable "
-        "uploads in 100 MiB chunks, each a fresh buffer (see the note on faulting in new "
-        "memory in this VM above). That hypothesis did not hold: with 32 MiB chunks "
-        "(`TRAINJOB_GCS_CHUNK_MIB=32`, `--storage gcs --frameworks ours --checkpoints 4`, "
-        "2026-12-05, right after the same run with the default 100 MiB) ASYNC work goodput was "
-        "81.8% against 84.5%, the upload 57.3 against 80.8 MiB/s; time-based goodput excluding "
-        "the loop's writes 99.98% and 99.96%. The default stays. Run to run, our ASYNC work "
-        "goodput on the emulator spans 72.8-84.5% in these runs. Profiled on 2026-12-05: "
-        "py-spy `--gil` on the worker for a whole `--quick --storage gcs --frameworks ours` "
-        "fit caught the upload threads holding the GIL in 5 of 57 samples (the train loop 32, "
-        "the background torch import 20), so the GIL is not what slows the loop. CPU seconds per "
-        "256 MiB upload, now kept in the raw bounds (`client_cpu_s`, `server_cpu_s`; "
-        "`--quick --storage gcs`, 3 each, medians): this process 0.33 s for ours "
-        "(`GCSStorage.upload_dir`) and 0.26 s for pyarrow's `copy_files` (Ray Train's path); "
-        "fake-gcs-server 2.99 s and 2.87 s. The emulator, on the same 2 cores, spends about 9x "
-        "the uploading process's CPU: that is what the training loop competes with, and on GCS "
-        "it is Google's CPU, not the node's. In that run's fits ASYNC work goodput was 92.8% for "
-        "ours and 80.5% for Ray Train (1.15x, upload 85.7 vs 57.8 MiB/s), against 0.977x and "
-        "0.84x in the runs above: the GCS rows order the frameworks by the emulator's noise, "
-        "and our process's own CPU per upload is within 0.07 s (0.3 ms per MiB) of Ray Train's.",
-        "* `report()` and cold calls (2026-12-05). The ASYNC `report()` of the 1 GiB tables "
-        "blocked 0.22-0.86 ms in the 2026-12-04 run and 2.4-4.6 ms in the two runs of "
-        "2026-12-05, nearly all of it CPU in the calling thread. Ray Train's, in the same runs, "
-        "blocked 4.6-9.6 ms and 15-85 ms: both grew 4-13x, and ours stayed 4-26x below Ray "
-        "Train's in every run. What changed is mostly the machine: how slowly Python runs "
-        "right after the thread was busy elsewhere or idle, which varies by the hour on this "
-        "shared VM. Measured by hand: a fixed piece of Python (60 rounds of `Path.resolve`, "
-        "`is_dir`, `os.stat`, `json.dumps` and `os.walk` of a 1-file folder) took 1.7-2.3 ms "
-        "back to back, 2.5-3.9 ms after sleeping 0.5 s, 4.5-7.2 ms after sleeping 2 s; in a Ray "
-        "worker (`TorchTrainer`, 1 worker, 256 MiB checkpoints) the first ASYNC `report()` "
-        "after 5 s of matmuls used 6.6-7.9 ms of CPU and a second one right after it "
-        "0.3-0.55 ms. The call does do more than on 2026-12-04 (the folder snapshot that "
-        "refuses a folder changed before its upload, the fencing check): local mode, 1 GiB "
-        "checkpoints 2 s apart, the `report()` of f737065 (the 2026-12-04 run's commit) and "
-        "today's alternating, 7 reports each, gave medians of 1.7 vs 2.5 ms in one hour and "
-        "12.6 vs 14.9 ms (3 rounds) in the next, so 1.2-1.5x, not tenfold. Warm, its pieces "
-        "take microseconds (the folder listing 7 us, the folder's `realpath` ~15 us). Two were "
-        "trimmed: the run folder and storage root are resolved once per run instead of on "
-        "every report, and the folder is listed with one `scandir` per folder (2.5-4x faster "
-        "than `os.walk`, `relpath` and `stat`). Later the same day the call lost 5 of its "
-        "system calls and most of its `pathlib` work: one `os.stat` of the reported folder "
-        'answers both "is it a folder" and the guard against deleting the run\'s own '
-        "storage after the upload (folders compared by device and inode with the run folder, "
-        "the storage root and every folder above them, looked up once per run, instead of a "
-        "`realpath` walk of the reported folder), and the folder listing says whether it holds "
-        "a commit marker (an `exists` fewer). Local mode, 300 ASYNC reports of a 3-file "
-        "folder 2 ms apart, CPU per call, 3 rounds alternating with the commit before: "
-        "p50 184-232 us vs 281-334 us (-30%); with a 2 s sleep before each call "
-        "both read 0.6-2.7 ms, the machine's cold-call cost. The 1 GiB tables rerun twice on that "
-        "code (2026-12-05 23:45 and 2026-12-06 00:20): ASYNC `report()` blocked 0.78 and "
-        "1.34 ms (local), 1.87 and 1.90 ms (GCS); Ray Train's 11.8 and 10.5 ms, 13.3 and "
-        "8.8 ms.",
-        "* Work goodput and its baseline (2026-12-05). Work goodput divides by each fit's own "
-        "baseline phase (6 steps before any checkpoint). In the 1 GiB run of 134a3da that "
-        "phase ran at 432.7 ms/step in our local fit and 465.6 ms/step in Ray Train's, 7% "
-        "apart on the same code path (the compute is the same loop), so a fit whose baseline "
-        "happened to run fast reads as slowed down later: ours read 82.9% against Ray "
-        "Train's 90.1% (ASYNC, local), in a run where the time-based goodput was 88.9% vs "
-        "89.7%. The ratio of work goodputs between the frameworks is within this noise in "
-        "the runs so far (0.84-1.15x). The benchmark now records every step's time, and the "
-        '"in-phase" column measures against the median of the same phase\'s steps that '
-        "overlapped no upload, which takes the baseline's drift out. In the 1 GiB run of "
-        "2026-12-06 00:20 (before the emulator was pinned) "
-        "(baselines 505.4 vs 509.8 ms/step local, 495.6 vs 472.3 GCS) ASYNC in-phase work "
-        "goodput was 89.8% vs 89.4% local (1.004x) and 82.2% vs 84.2% GCS (0.976x), where "
-        "the GCS upload shares the cores with fake-gcs-server.",
-        "* fake-gcs-server pinned to one CPU (2026-12-06, `--emulator-cpus`, default: the "
-        "last CPU). Unpinned, the emulator used 2.2-3.0 s of CPU per 256 MiB upload "
-        "(`server_cpu_s` in the raw bounds), about 9x the uploading process's own, on the "
-        "same 2 cores as the training loop, and which framework's GCS row came out ahead "
-        "followed that noise (previous note). Against real GCS that CPU is Google's. Pinned, "
-        "the emulator takes at most one CPU for both frameworks alike (the training loop, "
-        "Ray and the upload threads are not pinned). The 256 MiB tables with it, side by "
-        "side: ASYNC work goodput on GCS 85.6% vs Ray Train's 80.9% (1.058x; in-phase "
-        "84.0% vs 79.9%, 1.051x) in the first run, 82.1% vs 76.4% (1.074x; in-phase 1.086x) "
-        "in the second (the tables above), against 0.977x unpinned on 2026-12-05.",
-        "* ASYNC checkpoints hard-linked on local storage (2026-12-06). An ASYNC checkpoint's "
-        "folder is deleted after its upload (Ray's default, "
-        "`delete_local_checkpoint_after_upload`), so its files need not be copied: "
-        "`LocalStorage.upload_dir(consume_source=True)` hard-links each file into the run "
-        "folder, then fsyncs it and its folders as before (the commit invariant is "
-        "unchanged: the data is on the device before the commit marker is written). Only a "
-        "regular file with no other name is linked: a file hard-linked from elsewhere or "
-        "reached through a symlink outlives the deleted folder, and a later write to it "
-        "would change the stored checkpoint, so it is copied; another file system falls back "
-        "to copying; the link gets the mode a copy would have. SYNC keeps the folder by "
-        "default and still copies. By hand, a freshly written 256 MiB file: link + fsync "
-        "0.14-0.17 s with 0.02 s of CPU, copy + fsync 0.25-0.32 s with 0.13-0.18 s of CPU. "
-        "In the 256 MiB tables (emulator pinned), the run just before the change gave our "
-        "local ASYNC uploads 252 and 1,133 MiB/s (412 MiB/s, 45% of the in-run copy + fsync "
-        "bound: the first copy ran at this VM's page-fault speed, as Ray Train's first did, "
-        "at 282 MiB/s of its 282 and 756), and the run with it 1,834 and 1,591 MiB/s "
-        "(1,704 MiB/s, 164% of the bound, 4.1x Ray Train's 416 MiB/s in the same run): the "
-        "link takes no new page-cache "
-        "memory, so the slow mode is gone from this path.",
-        "* `report()` at 256 MiB, 2026-12-06: ASYNC `report()` blocked 0.55 / 0.69 ms (local / "
-        "GCS) in the run at 02:00 UTC and 1.90 / 1.47 ms in the run at 02:13 (the tables "
-        "above), on code that differs only in the upload; Ray Train's went from 6.7 / 8.0 to "
-        "15.1 / 16.9 ms between the same two runs. Ours stayed 8-12x below Ray Train's; the "
-        "goal of 1 ms is met or missed by the hour (see the note on cold calls).",
-        "* The 1 GiB tables rerun on 2026-12-06 (07:07 UTC, f9a45ae: the emulator pinned, "
-        "ASYNC checkpoints hard-linked on local storage; the tables above). ASYNC, ours vs "
-        "Ray Train: local upload 1,823 vs 748 MiB/s (157% of the in-run bound, 2.44x; the "
-        "run before the hard link gave 98%), GCS 48.4 vs 38.0 MiB/s (89% of the bound, "
-        "1.27x; 91% before); `report()` blocked 0.93 ms local and 1.50 ms GCS against "
-        "13.5 and 45.4 ms (14x, 30x). Work goodput in-phase 89.2% vs 89.1% local (1.001x) "
-        "and 85.0% vs 83.0% GCS (1.023x). The baseline-based local figure reads 0.877x "
-        "(81.0% vs 92.3%) because the two fits' baseline phases ran the same loop at "
-        "473.6 and 545.7 ms/step, 15% apart (see the note on the baseline above): the "
-        "in-phase column is the one that compares them.",
-        "* Speed targets are reported here, never asserted by unit tests.",
-    ]
+    lines.append(templates.fill("notes").rstrip("\n"))
     return "\n".join(lines) + "\n"
 
 
-def render(runs: dict[str, dict[str, Any]] | None, quick: bool) -> str:
-    """Write docs/benchmarks.md and the plots from the stored results."""
-    IMG_DIR.mkdir(parents=True, exist_ok=True)
+def render(runs: dict[str, dict[str, Any]] | None, quick: bool, write: bool = True) -> str:
+    """Write docs/benchmarks.md and the plots from the stored results; returns the document.
+
+    ``write=False``: only return it (no plots, nothing written; the drift check of
+    ``tests/docs/test_benchmarks_page.py``).
+    """
+    if write:
+        IMG_DIR.mkdir(parents=True, exist_ok=True)
     img_rel = "img"
     stored = {name: common.read_result(name) for name in BENCHES}
     results = [r for r in stored.values() if r is not None]
@@ -1030,7 +804,8 @@ def render(runs: dict[str, dict[str, Any]] | None, quick: bool) -> str:
     headline: list[list[str]] = []
     report = stored["report"]
     if report is not None:
-        plot_report(report, IMG_DIR)
+        if write:
+            plot_report(report, IMG_DIR)
         text, g = render_report(report, img_rel)
         text_sections.append(text)
         goals += g
@@ -1047,7 +822,8 @@ def render(runs: dict[str, dict[str, Any]] | None, quick: bool) -> str:
             )
             continue
         ckpts.append(data)
-        plot_checkpoint(data, IMG_DIR)
+        if write:
+            plot_checkpoint(data, IMG_DIR)
         text, g = render_checkpoint(data, img_rel, heading)
         text_sections.append(text)
         goals += g
@@ -1061,7 +837,7 @@ def render(runs: dict[str, dict[str, Any]] | None, quick: bool) -> str:
         data = stored[name]
         if data is None:
             continue
-        if plot_fn is not None:
+        if write and plot_fn is not None:
             plot_fn(data, IMG_DIR)
         text, rows = render_fn(data, img_rel)
         text_sections.append(text)
@@ -1079,71 +855,21 @@ def render(runs: dict[str, dict[str, Any]] | None, quick: bool) -> str:
     ]
     ray_status = "; ".join(f"{r['name']}: {r.get('ray_train')}" for r in results)
     created = ", ".join(f"{r['name']} {r['created']}" for r in results)
-    doc = f"""# Benchmarks
-
-Generated by `benchmarks/run_all.py` from `benchmarks/results/*.json` ({created}).
-Do not edit by hand: re-run the benchmarks.
-
-## How to run
-
-```sh
-.venv/bin/python benchmarks/run_all.py --install-deps  # once: ray.train's missing deps
-.venv/bin/python benchmarks/run_all.py --quick         # everything but 1 GiB, ~15 minutes
-.venv/bin/python benchmarks/run_all.py                 # default sizes, ~45 minutes
-.venv/bin/python benchmarks/run_all.py --only startup  # one benchmark (repeatable)
-.venv/bin/python benchmarks/run_all.py --render-only   # re-render from stored results
-```
-
-`--install-deps` puts pandas, pyarrow and tensorboardX into `benchmarks/.deps` (git-ignored,
-`pip install --target ... --no-deps`) because `ray.train` imports them and the project's
-extras do not install them; the benchmarks add that folder to `sys.path`/`PYTHONPATH`.
-Without it the Ray Train rows are skipped. The operator benchmark needs the kube-apiserver and
-etcd binaries of `scripts/provision-envtest.sh` (built on first use, ~10 minutes). Ray Train in
-this run: {ray_status}.
-
-The exact commands that produced the numbers below:
-
-{chr(10).join(f"* `{c}`" for c in commands)}
-{run_lines}
-Bigger runs: `bench_report.py --calls 100000 --repeats 3`; `bench_async_checkpoint.py
---every 60` (30 s interval), `--checkpoints 5`; `bench_validation.py --repeats 3 --val-work
-compute`; `bench_startup.py --repeats 15`; `bench_operator.py --jobs 500 --total 1000`.
-
-## Machine and noise
-
-{_machine_text(results) if results else ""}
-This is a **2-core** VM that other engineers' test suites share while the benchmarks run
-(the load averages above show it), and fake-gcs-server, kube-apiserver and etcd run on the
-same 2 cores. Numbers move by 10-30% between runs (more when the load average is high); each
-comparison below comes from one run where both frameworks ran back to back under the same
-conditions, and the ratios are more stable than the absolute figures. Sub-millisecond
-latencies are also affected by the VM: a plain Python call after the thread slept takes
-~0.1-0.2 ms instead of ~20 us. The VM also hands memory that has been free for a few seconds
-back to its host (virtio-balloon free page reporting); filling it again costs a host page fault
-per page, so writing a checkpoint file or copying it locally runs either at memory speed or
-several times slower, by chance (the `memory_touch` rows and per-upload lists in section 2).
-
-## Goals
-
-{_table(["goal", "measured", "verdict", "why (when not met); notes"], goal_rows)}
-
-The goodput verdict is on goodput without the loop's own checkpoint-file writes (the same user
-code under both frameworks, so what the runtime costs); the figures with them, and work-based
-goodput, are next to it.
-
-## Other headline figures
-
-Issue 8 items 3-5 and issue 6 have no numeric target; each figure is from the same run for both
-frameworks.
-
-{_table(["figure", "trainer_runtime", "Ray Train 2.60", "ratio"], headline)}
-
-{chr(10).join(text_sections)}
-## Notes
-
-{_notes(ckpts)}"""
-    DOC.write_text(doc)
-    print(f"wrote {DOC}", flush=True)
+    doc = templates.fill(
+        "document",
+        created=created,
+        ray_status=ray_status,
+        commands="\n".join(f"* `{c}`" for c in commands),
+        run_lines=run_lines,
+        machine=_machine_text(results) if results else "",
+        goal_table=_table(["goal", "measured", "verdict", "why (when not met); notes"], goal_rows),
+        headline_table=_table(["figure", "trainer_runtime", "Ray Train 2.60", "ratio"], headline),
+        sections="\n".join(text_sections),
+        notes=_notes(ckpts),
+    )
+    if write:
+        DOC.write_text(doc)
+        print(f"wrote {DOC}", flush=True)
     return doc
 
 
@@ -1170,7 +896,7 @@ def main(argv: list[str] | None = None) -> int:
         names = args.only or [n for n in BENCHES if not (args.quick and n in NOT_QUICK)]
         runs = run_benchmarks(names, args.quick, extra, args.wait_idle)
         _store_runs(runs)
-    render(_stored_runs(), args.quick)
+    render(stored_runs(), args.quick)
     return 0 if not runs or all(r["rc"] == 0 for r in runs.values()) else 1
 
 
@@ -1179,13 +905,13 @@ RUNS_FILE = common.RESULTS_DIR / "_runs.json"
 
 def _store_runs(runs: dict[str, dict[str, Any]]) -> None:
     """Merge this invocation's wall times into ``results/_runs.json`` (latest per benchmark)."""
-    stored = _stored_runs() or {}
+    stored = stored_runs() or {}
     stored.update(runs)
     RUNS_FILE.parent.mkdir(parents=True, exist_ok=True)
     RUNS_FILE.write_text(json.dumps(stored, indent=1) + "\n")
 
 
-def _stored_runs() -> dict[str, dict[str, Any]] | None:
+def stored_runs() -> dict[str, dict[str, Any]] | None:
     if not RUNS_FILE.exists():
         return None
     loaded: dict[str, dict[str, Any]] = json.loads(RUNS_FILE.read_text())
