@@ -1,5 +1,13 @@
 """The driver-side run loop: start a worker group, consume events, restart on failure.
 
+The loop moves through explicit states (:class:`ControllerState`, as Ray Train V2's
+controller does): ``INITIALIZING`` (take the run folder over, restore its checkpoints,
+resume validations), ``SCHEDULING`` (start a worker group), ``RUNNING`` (apply its events),
+then ``FINISHED``, or, for an error that ended the attempt, whatever the
+:class:`~trainer_runtime._failure_policy.FailurePolicy` decides: ``RESTARTING`` (back to
+``SCHEDULING``) or ``ERRORED``. Ray Train's ``RESIZING`` has no counterpart: worker groups
+here have a fixed size.
+
 The same :class:`RunCoordinator` bookkeeping backs the Ray controller here and
 the local / torchrun controllers in ``_local``.
 """
@@ -11,15 +19,18 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from trainer_runtime._coordinator import RunCoordinator
 from trainer_runtime._events import WorkerFinishedEvent
-from trainer_runtime._fencing import FenceCheck, take_over
+from trainer_runtime._failure_policy import DECIDED_ERRORS, FailureDecision, FailurePolicy
+from trainer_runtime._fencing import FenceCheck, FencedStorage, take_over
 from trainer_runtime._validation import (
     BaseValidationDispatcher,
     RayValidationDispatcher,
     ThreadValidationDispatcher,
+    ValidationResults,
 )
 from trainer_runtime.backend import Backend
 from trainer_runtime.callbacks import TrainRunContext, call_all
@@ -32,14 +43,12 @@ from trainer_runtime.errors import (
     PreemptionError,
     PreemptionStop,
     TrainingFailedError,
-    UserConfigError,
-    ValidationDispatchError,
     WorkerFailure,
     WorkerGroupError,
 )
 from trainer_runtime.preemption import PreemptionInfo, combine, merge
 from trainer_runtime.result import Result
-from trainer_runtime.storage import StorageError, get_storage
+from trainer_runtime.storage import Storage, StorageError, get_storage
 from trainer_runtime.storage.base import describe_error
 from trainer_runtime.worker_group import WorkerGroup
 
@@ -53,6 +62,42 @@ FAILURE_GRACE_S = 1.0
 #: How long a preemption notice without a deadline is waited on (Ray Train's
 #: ``DEFAULT_PREEMPTION_DEADLINE_S``).
 DEFAULT_PREEMPTION_DEADLINE_S = 120.0
+
+
+class ControllerState(StrEnum):
+    """Where the controller's run loop is (Ray Train V2's ``TrainControllerStateType``)."""
+
+    #: Taking the run folder over, restoring its checkpoints, resuming validations.
+    INITIALIZING = "initializing"
+    #: Starting a worker group.
+    SCHEDULING = "scheduling"
+    #: The worker group trains; its events are applied.
+    RUNNING = "running"
+    #: An attempt failed and the failure policy restarts (after a back-off, or at once for
+    #: a preemption).
+    RESTARTING = "restarting"
+    #: Training finished (terminal).
+    FINISHED = "finished"
+    #: The run failed or stopped for a preemption; ``fit()`` raises (terminal).
+    ERRORED = "errored"
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether the run loop is over."""
+        return self in (ControllerState.FINISHED, ControllerState.ERRORED)
+
+
+#: The state changes the run loop makes (any state may end in ERRORED).
+STATE_TRANSITIONS: dict[ControllerState, frozenset[ControllerState]] = {
+    ControllerState.INITIALIZING: frozenset({ControllerState.SCHEDULING}),
+    ControllerState.SCHEDULING: frozenset(
+        {ControllerState.RUNNING, ControllerState.RESTARTING, ControllerState.FINISHED}
+    ),
+    ControllerState.RUNNING: frozenset({ControllerState.RESTARTING, ControllerState.FINISHED}),
+    ControllerState.RESTARTING: frozenset({ControllerState.SCHEDULING}),
+    ControllerState.FINISHED: frozenset(),
+    ControllerState.ERRORED: frozenset(),
+}
 
 
 @dataclass
@@ -69,18 +114,25 @@ class RunSpec:
 class BaseController:
     """Restart-until-done logic shared by the Ray and local controllers."""
 
+    #: Built by :meth:`run` once the run folder is taken over (the manager writes through
+    #: the fence of this driver's epoch).
+    manager: CheckpointManager
+    coordinator: RunCoordinator
+
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
         run = spec.run
         assert run.checkpoint_config is not None and run.failure_config is not None
         self.run_path = run.run_path
         self.storage = get_storage(self.run_path, run.storage_filesystem)
-        self.manager = CheckpointManager(self.run_path, run.checkpoint_config, self.storage)
-        self.coordinator = RunCoordinator(self.manager, self.storage, run.callbacks)
         #: What Ray Train's ``UserCallback`` hooks get as ``run_context``.
         self.run_context = TrainRunContext(run, spec.train_config, spec.scaling)
-        self.coordinator.run_context = self.run_context
-        self.failures = 0
+        self.failure_policy = FailurePolicy(
+            run.failure_config, preemption_in_place=self._retries_preemption_in_place()
+        )
+        self.state = ControllerState.INITIALIZING
+        #: Every state the run loop entered, in order.
+        self.state_history: list[ControllerState] = [self.state]
         #: Failures of other ranks seen while the last attempt was failing.
         self.other_failures: dict[int, BaseException] = {}
         self.attempt = 0
@@ -88,12 +140,31 @@ class BaseController:
         self.epoch = 0
         self.validator: BaseValidationDispatcher | None = None
         self._drain_polled = 0.0
-        #: Preemptions the run restarted from in place (``max_preemption_failures``).
-        self.preemptions = 0
         #: When this attempt's preemption notice was first seen (``time.time()``), or None.
         self._notice_seen_at: float | None = None
         #: Preempted ranks that relax_collectives_on_preemption could not relax for.
         self._relax_refused: list[int] | None = None
+
+    @property
+    def failures(self) -> int:
+        """Failures counted against ``FailureConfig.max_failures`` (``Result.restarts``)."""
+        return self.failure_policy.failures
+
+    @property
+    def preemptions(self) -> int:
+        """Preemptions the run restarted from, or stopped for (``max_preemption_failures``)."""
+        return self.failure_policy.preemptions
+
+    def _enter(self, state: ControllerState) -> None:
+        """Move the run loop to ``state`` (ERRORED from anywhere but a terminal state)."""
+        allowed = STATE_TRANSITIONS[self.state]
+        if state is ControllerState.ERRORED and not self.state.is_terminal:
+            allowed = allowed | {ControllerState.ERRORED}
+        if state not in allowed:
+            raise AssertionError(f"controller state {self.state} cannot change to {state}")
+        logger.debug("Controller state: %s -> %s", self.state, state)
+        self.state = state
+        self.state_history.append(state)
 
     @property
     def validation_fn_set(self) -> bool:
@@ -101,9 +172,15 @@ class BaseController:
         validation = self.spec.run.validation_config
         return validation is not None and validation.fn is not None
 
-    def _make_validator(self) -> BaseValidationDispatcher:
+    def _make_validator(self, results: ValidationResults) -> BaseValidationDispatcher:
         assert self.spec.run.validation_config is not None
-        return ThreadValidationDispatcher(self.coordinator, self.spec.run.validation_config)
+        return ThreadValidationDispatcher(results, self.spec.run.validation_config)
+
+    def _install_validator(self, results: ValidationResults) -> BaseValidationDispatcher:
+        """The coordinator's validator factory: :meth:`_make_validator`, kept for the loop
+        (waiting for validations at the end, closing the dispatcher)."""
+        self.validator = self._make_validator(results)
+        return self.validator
 
     def result(self, error: BaseException | None = None) -> Result:
         """The current outcome as a :class:`Result`."""
@@ -134,16 +211,47 @@ class BaseController:
         return True
 
     def run(self) -> Result:
-        """Run attempts until one succeeds or FailureConfig is exhausted."""
+        """Run attempts until one succeeds or the failure policy gives up."""
+        try:
+            owner = self._initialize()
+            assert self.validator is not None
+            try:
+                while not self.state.is_terminal:
+                    self._enter(ControllerState.SCHEDULING)
+                    error = self._attempt()
+                    if error is None:
+                        self._enter(ControllerState.FINISHED)
+                    else:
+                        self._recover(error)  # raises unless it restarts
+                if owner:
+                    self.manager.delete_orphans()
+            finally:
+                self.validator.close()
+        except BaseException:
+            if not self.state.is_terminal:
+                self._enter(ControllerState.ERRORED)
+            raise
+        result = self.result()
+        call_all(self.spec.run.callbacks, "on_run_end", result, None)
+        return result
+
+    def _initialize(self) -> bool:
+        """INITIALIZING: take the run folder over (the run's driver only), restore its
+        checkpoints, build the coordinator and the validation dispatcher, and resume
+        validations a previous driver left pending. Returns whether this process owns the
+        run folder."""
+        run = self.spec.run
+        assert run.checkpoint_config is not None
         owner = self._owns_run_folder()
         try:
+            storage: Storage = self.storage
             if owner:
                 # Before any worker starts: from now on only this driver (and its workers)
                 # write to the run folder; an earlier driver's workers stop at their next check.
                 self.epoch = take_over(self.storage, self.run_path)
-                self.manager.fence = FenceCheck(
-                    self.storage, self.run_path, self.epoch, check_interval_s=0
-                )
+                fence = FenceCheck(self.storage, self.run_path, self.epoch, check_interval_s=0)
+                storage = FencedStorage(self.storage, fence)
+            self.manager = CheckpointManager(self.run_path, run.checkpoint_config, storage)
             self.manager.restore(delete_uncommitted=owner)
         except (OSError, StorageError) as exc:
             raise TrainingFailedError(
@@ -154,87 +262,85 @@ class BaseController:
         latest = self.manager.latest
         if latest is not None:
             logger.info("Resuming run %s from checkpoint %s", self.run_path, latest.path)
-        self.validator = self._make_validator()
-        self.coordinator.validator = self.validator
-        validation = self.spec.run.validation_config
-        if validation is not None and validation.fn is not None:
-            self.coordinator.validation_config = validation
-        if validation is not None and validation.validate_fn is not None:
-            self.coordinator.default_validation = (
-                validation.validate_fn,
-                validation.validate_config,
-            )
+        validation = run.validation_config
+        self.coordinator = RunCoordinator(
+            self.manager,
+            run.callbacks,
+            run_context=self.run_context,
+            default_validation=(
+                (validation.validate_fn, validation.validate_config)
+                if validation is not None and validation.validate_fn is not None
+                else None
+            ),
+            validation_config=validation,
+            make_validator=self._install_validator,
+        )
         if owner:
             self.coordinator.resume_validations()
-        failure_config = self.spec.run.failure_config
-        assert failure_config is not None
-        in_a_row = 0
+        return owner
+
+    def _attempt(self) -> BaseException | None:
+        """SCHEDULING and RUNNING: one worker group, start to end. Returns the error that
+        ended it (one the failure policy decides on), None when training finished."""
+        self._latest_before = self.manager.latest
+        self.other_failures = {}
+        self._notice_seen_at = None
+        self._relax_refused = None
         try:
-            while True:
-                latest_before = self.manager.latest
-                self.other_failures = {}
-                self._notice_seen_at = None
-                self._relax_refused = None
-                try:
-                    self._run_attempt()
-                    self._after_success()
-                    break
-                except (UserConfigError, ValidationDispatchError, FencedError) as exc:
-                    raise self._fail(exc) from exc
-                except PreemptionStop as exc:
-                    self._cleanup_partial()
-                    self.preemptions += 1
-                    in_place = self._retries_preemption_in_place()
-                    if not (in_place and failure_config.allows_preemption(self.preemptions)):
-                        result = self.result(exc)
-                        call_all(self.spec.run.callbacks, "on_run_end", None, exc)
-                        raise PreemptionError(
-                            exc.preemption_info, exc.drain_timed_out, result=result
-                        ) from exc
-                    info = exc.preemption_info
-                    logger.warning(
-                        "Preemption of ranks %s (Ray nodes %s%s): restarting the worker group "
-                        "on other nodes from %s (preemption %d of %s; not counted against "
-                        "FailureConfig.max_failures)",
-                        info.preempted_ranks,
-                        ", ".join(info.preempted_node_ids),
-                        ", the deadline passed first" if exc.drain_timed_out else "",
-                        self.manager.latest.path if self.manager.latest else "scratch",
-                        self.preemptions,
-                        _limit(failure_config.max_preemption_failures),
-                    )
-                    self.attempt += 1
-                except WorkerFailure as exc:
-                    self._after_exception(exc)
-                    if exc.permanent:
-                        raise self._fail(exc) from exc
-                    self.failures += 1
-                    in_a_row = 1 if self.manager.latest is not latest_before else in_a_row + 1
-                    will_restart = failure_config.allows(self.failures)
-                    call_all(
-                        self.spec.run.callbacks, "on_failure", exc, self.failures, will_restart
-                    )
-                    if not will_restart:
-                        raise self._fail(exc) from exc
-                    delay = failure_config.backoff_s(in_a_row)
-                    logger.warning(
-                        "Worker group failed (%s); restarting (failure %d of %s) in %.1f s from %s",
-                        str(exc).splitlines()[0],
-                        self.failures,
-                        _limit(failure_config.max_failures),
-                        delay,
-                        self.manager.latest.path if self.manager.latest else "scratch",
-                    )
-                    self._cleanup_partial()
-                    time.sleep(delay)
-                    self.attempt += 1
-            if owner:
-                self.manager.delete_orphans()
-        finally:
-            self.validator.close()
-        result = self.result()
-        call_all(self.spec.run.callbacks, "on_run_end", result, None)
-        return result
+            self._run_attempt()
+            self._after_success()
+        except DECIDED_ERRORS as exc:
+            return exc
+        return None
+
+    def _recover(self, exc: BaseException) -> None:
+        """Carry out the failure policy's decision on ``exc``: RESTARTING (returns), or
+        ERRORED (raises what ``fit()`` raises)."""
+        progressed = self.manager.latest is not self._latest_before
+        if isinstance(exc, WorkerFailure):
+            self._after_exception(exc)
+        elif isinstance(exc, PreemptionStop):
+            self._cleanup_partial()
+        action = self.failure_policy.decide(exc, progressed=progressed)
+        failure_config = self.failure_policy.config
+        if action.counted:
+            call_all(self.spec.run.callbacks, "on_failure", exc, self.failures, action.will_restart)
+        if action.decision is FailureDecision.RAISE:
+            self._enter(ControllerState.ERRORED)
+            raise self._fail(exc) from exc
+        if action.decision is FailureDecision.RAISE_PREEMPTION:
+            assert isinstance(exc, PreemptionStop)
+            self._enter(ControllerState.ERRORED)
+            result = self.result(exc)
+            call_all(self.spec.run.callbacks, "on_run_end", None, exc)
+            raise PreemptionError(exc.preemption_info, exc.drain_timed_out, result=result) from exc
+        self._enter(ControllerState.RESTARTING)
+        if action.decision is FailureDecision.RETRY_PREEMPTED:
+            assert isinstance(exc, PreemptionStop)
+            info = exc.preemption_info
+            logger.warning(
+                "Preemption of ranks %s (Ray nodes %s%s): restarting the worker group "
+                "on other nodes from %s (preemption %d of %s; not counted against "
+                "FailureConfig.max_failures)",
+                info.preempted_ranks,
+                ", ".join(info.preempted_node_ids),
+                ", the deadline passed first" if exc.drain_timed_out else "",
+                self.manager.latest.path if self.manager.latest else "scratch",
+                self.preemptions,
+                _limit(failure_config.max_preemption_failures),
+            )
+        else:
+            logger.warning(
+                "Worker group failed (%s); restarting (failure %d of %s) in %.1f s from %s",
+                str(exc).splitlines()[0],
+                self.failures,
+                _limit(failure_config.max_failures),
+                action.delay_s,
+                self.manager.latest.path if self.manager.latest else "scratch",
+            )
+            self._cleanup_partial()
+            time.sleep(action.delay_s)
+        self.attempt += 1
 
     def _fail(self, exc: BaseException) -> TrainingFailedError:
         """The exception ``fit()`` raises for ``exc``: Ray's ``WorkerGroupError`` when a
@@ -340,8 +446,7 @@ class RayController(BaseController):
             group.start()
             spec.backend.on_start(group, spec.scaling)
             world = group.world_size
-            offset = self.coordinator.begin_attempt(world)
-            self.coordinator.reply = _ray_reply(group)
+            offset = self.coordinator.begin_attempt(world, _ray_reply(group))
             latest = self.manager.latest
             assert spec.run.name is not None and spec.run.storage_path is not None
             assert spec.run.failure_config is not None
@@ -379,10 +484,11 @@ class RayController(BaseController):
                 f", resuming from {latest.path}" if latest else "",
             )
             call_all(spec.run.callbacks, "on_run_start", self.run_path, world, self.attempt)
+            self._enter(ControllerState.RUNNING)
             self._consume_events(group)
             self.coordinator.finish_attempt()
         finally:
-            self.coordinator.reply = None
+            self.coordinator.end_attempt()
             try:
                 spec.backend.on_shutdown(group)
             except Exception as exc:  # noqa: BLE001 - tear-down is best effort
@@ -390,11 +496,11 @@ class RayController(BaseController):
             group.shutdown(prestart_successor=True)
             time.sleep(0)  # let Ray process the kills before a restart asks for resources
 
-    def _make_validator(self) -> BaseValidationDispatcher:
+    def _make_validator(self, results: ValidationResults) -> BaseValidationDispatcher:
         _ensure_ray()
         config = self.spec.run.validation_config
         assert config is not None
-        return RayValidationDispatcher(self.coordinator, config)
+        return RayValidationDispatcher(results, config)
 
     def _consume_events(self, group: Any) -> None:
         """Apply every worker's events until all train functions finished."""
@@ -464,7 +570,9 @@ class RayController(BaseController):
             except Exception as exc:  # noqa: BLE001 - a missed poll is retried
                 logger.debug("get_draining_nodes failed: %s", exc)
             else:
-                self.coordinator.drained_nodes = {n: d for n, d in draining.items() if n in nodes}
+                self.coordinator.note_drained_nodes(
+                    {n: d for n, d in draining.items() if n in nodes}
+                )
         notice = self._notice(group)
         if notice is None:
             return

@@ -2,18 +2,21 @@
 
 A driver that starts (the run's owner: ``trainjob run``, the in-pod driver, ``fit()``) takes
 the run over by writing ``<run>/.trainjob_driver.json`` with an epoch one above the one it
-found. Everything that writes into the run folder on that driver's behalf checks the epoch:
+found. Everything that writes into the run folder on that driver's behalf does so through a
+:class:`FencedStorage`: a storage wrapper that checks the epoch before every write (each file
+of an upload, each ``write_bytes``, each ``delete_dir``), so no write site checks by hand:
 
-* workers, before each file they upload (at most once per ``check_interval_s``; remote
-  storage costs a read per check), so the workers of a driver that was killed stop
-  uploading within about a second once a new driver took over;
-* the driver itself, before it writes a commit marker, so a driver that lost the run (e.g.
-  it was partitioned away and a new one started) can never commit into it.
+* workers (``TrainSession``) check at most once per ``check_interval_s`` (remote storage
+  costs a read per check), so the workers of a driver that was killed stop uploading within
+  about a second once a new driver took over;
+* the driver (its ``CheckpointManager``) checks before every write (commit markers, the
+  manifest, deletions), so a driver that lost the run (e.g. it was partitioned away and a
+  new one started) can never commit into it.
 
-A worker that finds a newer epoch raises :class:`~trainer_runtime.errors.FencedError`.
+A writer that finds a newer epoch raises :class:`~trainer_runtime.errors.FencedError`.
 What a fenced writer stored already is never committed: the new driver deletes folders
 without a valid commit marker, and a commit checks every file against what the ranks
-reported (``_coordinator``).
+reported (:meth:`~trainer_runtime.checkpoint_manager.CheckpointManager.commit`).
 """
 
 from __future__ import annotations
@@ -23,11 +26,14 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from trainer_runtime._layout import DRIVER_FILE
 from trainer_runtime.errors import FencedError
-from trainer_runtime.storage import Storage, join_uri
+from trainer_runtime.storage import Storage, TransferStats, join_uri
+from trainer_runtime.storage.base import StoredFile, UploadCheck
 
 
 def driver_file_uri(run_path: str) -> str:
@@ -97,3 +103,75 @@ class FenceCheck:
             with self._lock:
                 self._fenced = error
             raise error
+
+
+class FencedStorage(Storage):
+    """``inner`` with ``fence`` called before every write; reads pass straight through.
+
+    The one place fencing is applied: whoever writes into a run folder on a driver's behalf
+    is handed this wrapper (with a :class:`FenceCheck` of the driver's epoch) instead of
+    the plain storage. ``fence`` raises (:class:`FencedError`) to stop the write.
+    """
+
+    def __init__(self, inner: Storage, fence: Callable[[], None]) -> None:
+        self.inner = inner
+        self.fence = fence
+        self.filesystem = inner.filesystem
+
+    def upload_dir(
+        self,
+        local_dir: Path,
+        dest_uri: str,
+        *,
+        files: Sequence[str] | None = None,
+        check: UploadCheck | None = None,
+        consume_source: bool = False,
+    ) -> TransferStats:
+        """Upload, checking the fence before each file (then the caller's ``check``)."""
+
+        def fenced() -> None:
+            self.fence()
+            if check is not None:
+                check()
+
+        return self.inner.upload_dir(
+            local_dir, dest_uri, files=files, check=fenced, consume_source=consume_source
+        )
+
+    def download_dir(self, src_uri: str, local_dir: Path) -> TransferStats:
+        """A read: not fenced."""
+        return self.inner.download_dir(src_uri, local_dir)
+
+    def write_bytes(self, uri: str, data: bytes) -> None:
+        """Check the fence, then write."""
+        self.fence()
+        self.inner.write_bytes(uri, data)
+
+    def read_bytes(self, uri: str) -> bytes:
+        """A read: not fenced."""
+        return self.inner.read_bytes(uri)
+
+    def exists(self, uri: str) -> bool:
+        """A read: not fenced."""
+        return self.inner.exists(uri)
+
+    def list_dirs(self, uri: str) -> list[str]:
+        """A read: not fenced."""
+        return self.inner.list_dirs(uri)
+
+    def list_files(self, uri: str) -> list[str]:
+        """A read: not fenced."""
+        return self.inner.list_files(uri)
+
+    def list_stored(self, uri: str, *, fingerprints: bool = True) -> dict[str, StoredFile]:
+        """A read: not fenced."""
+        return self.inner.list_stored(uri, fingerprints=fingerprints)
+
+    def delete_dir(self, uri: str) -> None:
+        """Check the fence, then delete."""
+        self.fence()
+        self.inner.delete_dir(uri)
+
+    def local_path(self, uri: str) -> Path | None:
+        """The inner storage's local path."""
+        return self.inner.local_path(uri)

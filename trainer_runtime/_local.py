@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from trainer_runtime._controller import BaseController
+from trainer_runtime._controller import BaseController, ControllerState
 from trainer_runtime._events import Event, EventBuffer, WorkerFinishedEvent
 from trainer_runtime._session import TrainSession
 from trainer_runtime._worker import run_train_fn
@@ -254,7 +254,13 @@ class LocalController(BaseController):
             return
         spec = self.spec
         install_sigterm_handler()  # SIGTERM -> get_preemption_info() (main thread only)
-        offset = self.coordinator.begin_attempt(1)
+        session: TrainSession | None = None
+
+        def reply(_rank: int, request_id: int, value: Any) -> None:
+            assert session is not None  # requests come from the train function only
+            session.deliver(request_id, value)
+
+        offset = self.coordinator.begin_attempt(1, reply)
         consumer = _Consumer(self, 1)
         context = self._context(ranks)
         spec.backend.on_local_start(context, spec.scaling)
@@ -270,14 +276,12 @@ class LocalController(BaseController):
                 driver_epoch=self.epoch,
                 validation_fn_set=self.validation_fn_set,
             )
-            self.coordinator.reply = lambda _rank, request_id, value: session.deliver(
-                request_id, value
-            )
+            self._enter(ControllerState.RUNNING)
             run_train_fn(session, spec.train_fn, spec.train_config)
             consumer.wait_all_finished()
         finally:
             consumer.close()
-            self.coordinator.reply = None
+            self.coordinator.end_attempt()
             spec.backend.on_local_shutdown()
         if consumer.error is not None:
             raise consumer.error
@@ -325,7 +329,16 @@ class LocalController(BaseController):
     def _torchrun_rank0(
         self, store: Any, prefix: str, ranks: LocalRanks, context: TrainContext
     ) -> None:
-        offset = self.coordinator.begin_attempt(ranks.world_size)
+        session: TrainSession | None = None
+
+        def reply(rank: int, request_id: int, value: Any) -> None:
+            if rank == 0:
+                assert session is not None  # rank 0's requests come from its train function
+                session.deliver(request_id, value)
+            else:
+                store.set(f"{prefix}/reply/{rank}/{request_id}", pickle.dumps(value))
+
+        offset = self.coordinator.begin_attempt(ranks.world_size, reply)
         latest = self.manager.latest
         store.set(
             f"{prefix}/start",
@@ -346,20 +359,13 @@ class LocalController(BaseController):
                 driver_epoch=self.epoch,
                 validation_fn_set=self.validation_fn_set,
             )
-
-            def reply(rank: int, request_id: int, value: Any) -> None:
-                if rank == 0:
-                    session.deliver(request_id, value)
-                else:
-                    store.set(f"{prefix}/reply/{rank}/{request_id}", pickle.dumps(value))
-
-            self.coordinator.reply = reply
+            self._enter(ControllerState.RUNNING)
             run_train_fn(session, self.spec.train_fn, self.spec.train_config)
             consumer.wait_all_finished(timeout=None if consumer.error is None else 30.0)
         finally:
             receiver.close()
             consumer.close()
-            self.coordinator.reply = None
+            self.coordinator.end_attempt()
         error = consumer.error
         if error is None:
             try:
@@ -403,6 +409,7 @@ class LocalController(BaseController):
                 validation_fn_set=self.validation_fn_set,
             )
             replies = _StoreReplyReceiver(store, prefix, ranks.world_rank, session)
+            self._enter(ControllerState.RUNNING)
             run_train_fn(session, self.spec.train_fn, self.spec.train_config)
         finally:
             sender.close()
@@ -411,7 +418,6 @@ class LocalController(BaseController):
         store.wait([f"{prefix}/done"], timedelta(seconds=3600))
         done = json.loads(store.get(f"{prefix}/done"))
         self.manager.restore()
-        self.coordinator.latest_metrics = done["metrics"]
         if done["error"] is not None:
             raise TrainingFailedError(
                 f"Training failed on rank 0's controller: {done['error']}", result=self.result()

@@ -27,7 +27,7 @@ from pathlib import Path
 from trainer_runtime._snapshot import FolderSnapshot, take_snapshot
 from trainer_runtime.errors import CheckpointUploadError
 from trainer_runtime.storage import Storage, TransferStats
-from trainer_runtime.storage.base import UploadCheck, describe_error
+from trainer_runtime.storage.base import describe_error
 
 logger = logging.getLogger(__name__)
 
@@ -71,8 +71,6 @@ class UploadJob:
     delete_after: bool
     #: The folder as ``report()`` saw it (default: listed when the job is made).
     snapshot: FolderSnapshot | None = None
-    #: Called before each file (fencing); raises to stop the upload.
-    check: UploadCheck | None = None
     #: ``report(checkpoint_upload_fn=...)``: stores the checkpoint itself (and deletes the
     #: source when asked); returns the stored folder. No snapshot or copy of ours then.
     upload_fn: Callable[[], str] | None = None
@@ -121,7 +119,6 @@ def run_upload(storage: Storage, job: UploadJob) -> TransferStats | None:
             job.local_dir,
             job.dest_uri,
             files=sorted(snapshot.files),
-            check=job.check,
             consume_source=job.delete_after,
         )
     except FileNotFoundError:

@@ -5,8 +5,10 @@ The invariant: a checkpoint the runtime lists as committed has its commit marker
 the size and fingerprint they were stored with; nothing outside the run's own checkpoint
 folders is ever deleted.
 
-The commit marker is written after every file is stored and checked (``_coordinator``). It
-holds the checkpoint's record: name, round, metrics and the list of its files. The
+The commit marker is written after every file is stored and checked:
+:meth:`CheckpointManager.commit` lists the folder in storage and compares it with what every
+rank reported storing (:func:`verified_files`) before it writes the marker. It holds the
+checkpoint's record: name, round, metrics and the list of its files. The
 manifest (``<run_path>/checkpoint_manifest.json``) is an index over the markers: which
 checkpoints are kept, and what validation added later (status, validation metrics). It is
 strict JSON: non-finite metric values are written as the strings ``"NaN"``, ``"Infinity"``
@@ -31,7 +33,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -40,7 +42,7 @@ from typing import Any
 from trainer_runtime._layout import COMMIT_MARKER, MANIFEST_FILE, round_of_default_name
 from trainer_runtime.checkpoint import Checkpoint
 from trainer_runtime.config import CheckpointConfig
-from trainer_runtime.errors import UserConfigError
+from trainer_runtime.errors import UserConfigError, WorkerFailure
 from trainer_runtime.reported_checkpoint import ReportedCheckpoint, ReportedCheckpointStatus
 from trainer_runtime.storage import Storage, join_uri
 from trainer_runtime.storage.base import StoredFile, describe_error
@@ -53,6 +55,7 @@ __all__ = [
     "CheckpointRecord",
     "CheckpointStatus",
     "dumps_strict",
+    "verified_files",
 ]
 
 #: 2: metrics live in the commit markers only (a manifest rewrite no longer copies every
@@ -222,14 +225,12 @@ class CheckpointManager:
         run_path: str,
         config: CheckpointConfig,
         storage: Storage,
-        fence: Callable[[], None] | None = None,
     ) -> None:
         self.run_path = run_path
         self.config = config
+        #: The run's storage; the run's driver hands a ``_fencing.FencedStorage``, so that
+        #: every write into the run folder stops once another driver took the run over.
         self.storage = storage
-        #: Called before every write into the run folder; raises once another driver
-        #: took the run over (see ``_fencing``).
-        self.fence = fence
         self.records: list[CheckpointRecord] = []
         self.next_round = 0
         #: The manifest as :meth:`restore` read it (None: none, or unreadable).
@@ -367,27 +368,33 @@ class CheckpointManager:
                 f"{record.all_metrics[attr]!r} in checkpoint {record.name}"
             )
 
-    def commit(self, record: CheckpointRecord, validating: bool = False) -> list[CheckpointRecord]:
+    def commit(
+        self,
+        record: CheckpointRecord,
+        validating: bool = False,
+        stored: Mapping[int, dict[str, StoredFile] | None] | None = None,
+    ) -> list[CheckpointRecord]:
         """Write ``record``'s commit marker (its files are stored and checked), then register.
 
+        ``stored``: what each rank reported storing (rank -> relative path -> file; None for a
+        rank that wrote in place). When given, the folder is first checked in storage against
+        it (:func:`verified_files`) and ``record.files`` becomes what storage holds; a folder
+        that fails the checks is not committed (UserConfigError or WorkerFailure).
         ``validating``: a validation is queued for it, so it starts ``PENDING_VALIDATION``
         (else ``COMMITTED``). Raises :class:`~trainer_runtime.errors.FencedError` (nothing
         written) when another driver owns the run now.
         """
+        if stored is not None:
+            record.files = verified_files(self.storage, record.path, record.round, stored)
         record.status = (
             CheckpointStatus.PENDING_VALIDATION if validating else CheckpointStatus.COMMITTED
         )
         # Before the marker: a checkpoint that can never be ranked must not look committed.
         self.check_score_attribute(record)
-        self._fence()
         self.storage.write_bytes(
             join_uri(record.path, COMMIT_MARKER), dumps_strict(record.to_json())
         )
         return self.register(record)
-
-    def _fence(self) -> None:
-        if self.fence is not None:
-            self.fence()
 
     def register(self, record: CheckpointRecord) -> list[CheckpointRecord]:
         """Add a newly committed checkpoint, evict what no longer fits, save the manifest."""
@@ -491,7 +498,6 @@ class CheckpointManager:
         """
         if not self.owns(path):
             raise ValueError(f"refusing to delete {path}: not a folder of run {self.run_path}")
-        self._fence()
         tombstone = {"tombstone": True, "deleted_at": time.time()}
         self.storage.write_bytes(join_uri(path, COMMIT_MARKER), dumps_strict(tombstone))
         self.storage.delete_dir(path)
@@ -512,7 +518,6 @@ class CheckpointManager:
         name = path.rstrip("/").rsplit("/", 1)[-1]
         if not self.owns(path) or self.get(name) is not None or self.read_marker(name):
             raise ValueError(f"refusing to delete {path}: not an uncommitted folder of this run")
-        self._fence()
         self.storage.delete_dir(path)
 
     def delete_orphans(self) -> list[str]:
@@ -533,7 +538,6 @@ class CheckpointManager:
                 name,
                 self.run_path,
             )
-            self._fence()
             self.storage.delete_dir(join_uri(self.run_path, name))
             deleted.append(name)
         return deleted
@@ -550,7 +554,6 @@ class CheckpointManager:
 
     def save(self) -> None:
         """Write the manifest (atomic object/file write)."""
-        self._fence()
         self.storage.write_bytes(self.manifest_uri, dumps_strict(self._manifest(), indent=1))
 
     def _manifest(self) -> dict[str, Any]:
@@ -678,7 +681,6 @@ class CheckpointManager:
                         "upload or deletion; it can never be resumed from)",
                         join_uri(self.run_path, name),
                     )
-                    self._fence()
                     self.storage.delete_dir(join_uri(self.run_path, name))
                     deleted.append(name)
                 continue
@@ -743,3 +745,59 @@ def _files_problem(record: CheckpointRecord, stored: dict[str, StoredFile]) -> s
     if changed:
         return f"{len(changed)} file(s) changed size since the commit ({changed[0]}, ...)"
     return None
+
+
+def verified_files(
+    storage: Storage,
+    uri: str,
+    round_index: int,
+    stored: Mapping[int, dict[str, StoredFile] | None],
+) -> dict[str, StoredFile]:
+    """The checkpoint's files, checked in storage against what every rank stored.
+
+    Refuses (nothing is committed) a checkpoint with no files, files that are missing
+    or not the ones the ranks wrote (another writer, such as a worker of an earlier
+    driver, touched the folder), or files no rank reported. ``stored``: rank -> what it
+    stored (None: it wrote in place, so the folder may hold files no rank listed).
+    """
+    listed = {rel: f for rel, f in storage.list_stored(uri).items() if rel != COMMIT_MARKER}
+    expected: dict[str, list[tuple[int, StoredFile]]] = {}
+    in_place = False
+    for rank, files in sorted(stored.items()):
+        if files is None:
+            in_place = True
+            continue
+        for rel, f in files.items():
+            expected.setdefault(rel, []).append((rank, f))
+    if not listed and not any(expected.values()):
+        raise UserConfigError(
+            f"checkpoint {uri} of report round {round_index} holds no files: every rank "
+            "reported an empty folder. Write the checkpoint files before calling "
+            "report(), or pass checkpoint=None on ranks with nothing to save"
+        )
+    for rel, by_rank in sorted(expected.items()):
+        sizes = {f.size for _, f in by_rank}
+        if len(sizes) > 1:
+            ranks = ", ".join(f"rank {r}: {f.size} bytes" for r, f in by_rank)
+            raise UserConfigError(
+                f"checkpoint {uri}: ranks wrote different files under the same name "
+                f"{rel} ({ranks}); only one survives. Give each rank's files their own "
+                "names (e.g. f'shard_{rank}.pt')"
+            )
+        now = listed.get(rel)
+        if now is None:
+            raise WorkerFailure(f"checkpoint {uri} is incomplete: {rel} is missing")
+        if all(now != f for _, f in by_rank):
+            raise WorkerFailure(
+                f"checkpoint {uri}: {rel} was overwritten after rank "
+                f"{by_rank[-1][0]} stored it (another process wrote into the folder)"
+            )
+    if not in_place:
+        extra = sorted(set(listed) - set(expected))
+        if extra:
+            raise WorkerFailure(
+                f"checkpoint {uri} holds {len(extra)} file(s) no rank reported ("
+                f"{', '.join(extra[:3])}{', ...' if len(extra) > 3 else ''}), e.g. left "
+                "by a worker of an earlier attempt; it is not committed"
+            )
+    return listed

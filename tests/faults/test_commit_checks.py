@@ -15,7 +15,7 @@ from tests.faults.workloads import check_run, integrity_train
 from trainer_runtime import DataParallelTrainer, FailureConfig, RunConfig, ScalingConfig
 from trainer_runtime._coordinator import RunCoordinator
 from trainer_runtime._events import ReportEvent, UploadDoneEvent, UploadFailedEvent
-from trainer_runtime._fencing import FenceCheck, read_epoch, take_over
+from trainer_runtime._fencing import FenceCheck, FencedStorage, read_epoch, take_over
 from trainer_runtime._layout import COMMIT_MARKER
 from trainer_runtime._snapshot import take_snapshot
 from trainer_runtime._uploader import UploadJob, run_upload
@@ -34,7 +34,7 @@ from trainer_runtime.storage.local import LocalStorage
 
 def _coordinator(run: str, world: int = 1) -> RunCoordinator:
     storage = LocalStorage()
-    coordinator = RunCoordinator(CheckpointManager(run, CheckpointConfig(), storage), storage)
+    coordinator = RunCoordinator(CheckpointManager(run, CheckpointConfig(), storage))
     coordinator.begin_attempt(world)
     return coordinator
 
@@ -196,10 +196,10 @@ def test_a_newer_driver_fences_off_the_old_ones_writes(tmp_path: Path) -> None:
     (src / "w").write_bytes(b"late")
     dest = join_uri(run, "checkpoint_000003")
     with pytest.raises(FencedError):
-        run_upload(storage, UploadJob(3, src, dest, delete_after=False, check=stale))
+        run_upload(FencedStorage(storage, stale), UploadJob(3, src, dest, delete_after=False))
     assert not Path(dest, "w").exists()
     # ... and the old driver cannot commit, evict or rewrite the manifest.
-    manager = CheckpointManager(run, CheckpointConfig(), storage, fence=stale)
+    manager = CheckpointManager(run, CheckpointConfig(), FencedStorage(storage, stale))
     with pytest.raises(FencedError):
         manager.save()
     assert not Path(run, "checkpoint_manifest.json").exists()

@@ -22,7 +22,7 @@ def test_a_checkpoint_that_cannot_be_scored_is_never_marked_committed(tmp_path: 
     run = str(tmp_path / "run")
     storage = get_storage(run)
     config = CheckpointConfig(checkpoint_score_attribute="val_acc")
-    coordinator = RunCoordinator(CheckpointManager(run, config, storage), storage)
+    coordinator = RunCoordinator(CheckpointManager(run, config, storage))
     coordinator.begin_attempt(1)
     uri = join_uri(run, "checkpoint_000000")
     storage.write_bytes(join_uri(uri, "weights"), b"w")
@@ -64,10 +64,13 @@ def test_commits_go_to_the_validator_and_results_come_back_through_one_method(
     storage = get_storage(run)
     seen = _Seen()
     manager = CheckpointManager(run, CheckpointConfig(), storage)
-    coordinator = RunCoordinator(manager, storage, [seen])
     validator = _Validator()
-    coordinator.validator = validator
-    coordinator.default_validation = (lambda c, cfg: {}, None)
+    coordinator = RunCoordinator(
+        manager,
+        [seen],
+        default_validation=(lambda c, cfg: {}, None),
+        make_validator=lambda results: validator,
+    )
     coordinator.begin_attempt(1)
     uri = join_uri(run, "checkpoint_000000")
     storage.write_bytes(join_uri(uri, "weights"), b"w")
@@ -83,10 +86,12 @@ def test_commits_go_to_the_validator_and_results_come_back_through_one_method(
     assert seen.checkpoints[-1] == ("checkpoint_000000", "validated")
 
     # A new driver: the run-level validation is queued again, nothing is lost.
-    again = RunCoordinator(CheckpointManager(run, CheckpointConfig(), storage), storage)
+    again = RunCoordinator(
+        CheckpointManager(run, CheckpointConfig(), storage),
+        default_validation=(lambda c, cfg: {}, None),
+        make_validator=lambda results: _Validator(),
+    )
     again.manager.restore()
-    again.validator = _Validator()
-    again.default_validation = (lambda c, cfg: {}, None)
     assert again.resume_validations() == ([], [])  # already validated
 
 
@@ -95,29 +100,36 @@ def test_a_report_level_validation_cannot_be_resumed_and_is_recorded_lost(
 ) -> None:
     run = str(tmp_path / "run")
     storage = get_storage(run)
-    coordinator = RunCoordinator(CheckpointManager(run, CheckpointConfig(), storage), storage)
-    coordinator.validator = _Validator()
+    coordinator = RunCoordinator(
+        CheckpointManager(run, CheckpointConfig(), storage),
+        make_validator=lambda results: _Validator(),
+    )
     coordinator.begin_attempt(1)
     uri = join_uri(run, "checkpoint_000000")
     storage.write_bytes(join_uri(uri, "weights"), b"w")
     coordinator.handle(ReportEvent(0, 0, {}, checkpoint_uri=uri, validate_fn=lambda c, cfg: {}))
     coordinator.handle(UploadDoneEvent(0, 0, uri))
 
-    again = RunCoordinator(CheckpointManager(run, CheckpointConfig(), storage), storage)
+    again = RunCoordinator(
+        CheckpointManager(run, CheckpointConfig(), storage),
+        make_validator=lambda results: _Validator(),
+    )
     again.manager.restore()
-    again.validator = _Validator()
     requeued, lost = again.resume_validations()
     assert (requeued, lost) == ([], ["checkpoint_000000"])
     assert again.manager.records[0].status is CheckpointStatus.VALIDATION_LOST
 
 
-def _relax_fixture(tmp_path: Path, world_size: int) -> tuple[RunCoordinator, Any, str, list]:
+def _relax_fixture(
+    tmp_path: Path, world_size: int, reply: Any = None
+) -> tuple[RunCoordinator, Any, str, list]:
     run = str(tmp_path / "run")
     storage = get_storage(run)
-    coordinator = RunCoordinator(CheckpointManager(run, CheckpointConfig(), storage), storage)
-    coordinator.begin_attempt(world_size)
+    coordinator = RunCoordinator(CheckpointManager(run, CheckpointConfig(), storage))
     answers: list[tuple[int, int, Any]] = []
-    coordinator.reply = lambda rank, request_id, value: answers.append((rank, request_id, value))
+    if reply is None:
+        reply = lambda rank, request_id, value: answers.append((rank, request_id, value))  # noqa: E731
+    coordinator.begin_attempt(world_size, reply)
     return coordinator, storage, join_uri(run, "checkpoint_000000"), answers
 
 
@@ -248,10 +260,11 @@ def test_a_late_preempted_rank_writes_nothing_into_a_committed_checkpoint(
     from trainer_runtime.checkpoint import Checkpoint
     from trainer_runtime.context import TrainContext
 
-    coordinator, storage, uri, _ = _relax_fixture(tmp_path, 2)
-    run = uri.rsplit("/", 1)[0]
     sessions: dict[int, TrainSession] = {}
-    coordinator.reply = lambda rank, request_id, value: sessions[rank].deliver(request_id, value)
+    coordinator, storage, uri, _ = _relax_fixture(
+        tmp_path, 2, lambda rank, request_id, value: sessions[rank].deliver(request_id, value)
+    )
+    run = uri.rsplit("/", 1)[0]
     for rank in (0, 1):
         context = TrainContext(rank, 2, rank, 2, 0, "run", str(tmp_path))
         sessions[rank] = TrainSession(
