@@ -3,7 +3,7 @@
 Every worker actor runs in a Ray worker process of its own. A process the raylet starts
 for an actor imports Ray, and on nodes started with ``RAY_preload_python_modules`` (the
 operator renders it into torch CPU worker pods) torch too, before the actor's constructor
-runs: about 0.4 s bare, 2.3-3 s with torch on this project's 2-core machine. A raylet
+runs: a fraction of a second bare, seconds with torch on a small machine. A raylet
 prestarts idle processes only when it starts or meets its node's first driver, and a
 worker group's actors take those with them when they die. So a later group of the same
 driver (a restart after a worker failure, or the next ``fit()`` in the same script) would

@@ -438,8 +438,8 @@ class TrainSession:
     def prestart_uploader(self) -> None:
         """Start the background uploader before the train function runs.
 
-        Started lazily, the first ASYNC ``report()`` waited for the new thread to be scheduled:
-        about 0.6 ms, and up to ~30 ms on a busy machine (``benchmarks/``).
+        Started lazily, the first ASYNC ``report()`` waited for the new thread to be scheduled,
+        which on a busy machine can take tens of milliseconds.
         """
         self._get_uploader()
 

@@ -321,7 +321,7 @@ class KubeClient:
 
         Returns the answer's JSON body, or None without parsing it when ``decode`` is False
         (a create that only needs to succeed: parsing a Pod's answer costs more CPU than
-        sending it; issue 20). Errors are parsed either way.
+        sending it). Errors are parsed either way.
 
         Raises:
             ApiError: the server's answer (or ``Unreachable`` after the retries).

@@ -5,7 +5,7 @@ start-up) or its spec changed (:meth:`Operator.event_trigger`), a periodic timer
 (deadlines, TTL, validation pool idling, the driver's status updates), and changes of pods the
 operator manages (so pod phases are seen at once; a pod's creation is not one), from a plain
 pod watch (:mod:`trainjob_operator.pod_watch`), not kopf's: kopf's per-event machinery ran for
-every pod the operator created, only for the event to be ignored (issue 20). Only kopf's
+every pod the operator created, only for the event to be ignored. Only kopf's
 low-level event handlers are used for TrainJobs: its change
 handlers would add a finalizer and a diff-base annotation to every TrainJob (two PATCHes,
 and the create handler ran only once the first had echoed back), which nothing here needs:
@@ -14,7 +14,7 @@ owner references delete the children.
 The timers are one :class:`TimerSchedule` for all TrainJobs (a heap of due times on kopf's
 event loop, fed by the TrainJob watch), not a ``kopf.timer`` per TrainJob: kopf keeps an
 asyncio task, its loggers and a live copy of the body for every timer, which was most of the
-operator's memory per TrainJob (``benchmarks/bench_operator.py``, issue 20).
+operator's memory per TrainJob.
 
 Cost control, so that hundreds of TrainJobs stay cheap: a trigger that finds
 a reconcile of the same TrainJob already waiting to start is dropped (the
@@ -85,8 +85,8 @@ KOPF_OBJECT_LOGGER = "kopf.objects"
 #: Longest a TrainJob goes without a reconcile when nothing happens to it.
 DEFAULT_RESYNC_SECONDS = 60.0
 #: Reconciles that run at once (kopf's synchronous handlers and the timer ticks). Each mostly
-#: waits for the API server; kopf's default pool, min(32, cores + 4), was 6 threads on 2 cores
-#: and the burst's throughput matched it (~0.18 s per reconcile; issue 20).
+#: waits for the API server, so kopf's default pool, min(32, cores + 4), only 6 threads on 2
+#: cores, bounded a burst of new TrainJobs by the thread count rather than by the CPU.
 HANDLER_THREADS = 16
 
 RECONCILES = Counter("trainjob_reconciles_total", "Reconcile runs", ["trigger"])
@@ -338,7 +338,7 @@ class Operator:
         resync period passed (see the module docstring); never while a reconcile of it runs or
         waits (that one reads the TrainJob after whatever this tick is about, and its
         outcome decides the next tick: during a burst a new TrainJob's first tick often came
-        while its first reconcile ran, and reconciled it a second time; issue 20)."""
+        while its first reconcile ran, and reconciled it a second time)."""
         key = (namespace, name)
         with self._lock:
             state = self._peek(key)
@@ -405,7 +405,7 @@ class Operator:
         Checked on the event loop before a reconcile is handed to the pool, so that during a
         burst a TrainJob whose first reconcile still waits for a thread gets no second one
         from its timer tick or its pods' events (each would read it and its children again,
-        and the queue would grow with the load; issue 20)."""
+        and the queue would grow with the load)."""
         with self._lock:
             state = self._state(key)
             if body is not None:
@@ -517,7 +517,7 @@ class Operator:
                 if outcome.requeue_after is not None:
                     wait = min(wait, outcome.requeue_after)
                 # what the next tick compares with: the TrainJob as this reconcile left it
-                # (its own writes and kopf's bookkeeping are no change; issue 20)
+                # (its own writes and kopf's bookkeeping are no change)
                 seen = state.timer_seen
                 if trigger == "timer":
                     seen = fingerprint
@@ -572,7 +572,7 @@ def register(
     # Low-level event handlers only (no kopf.on.create/update/resume/delete): kopf's
     # change-handlers add a finalizer (a PATCH, and the create handler ran only on the event
     # that PATCH caused) and a diff-base annotation (another PATCH) to every TrainJob, two
-    # writes and two watch events per TrainJob that nothing here needs (issue 20). Children
+    # writes and two watch events per TrainJob that nothing here needs. Children
     # are deleted by their owner references; a TrainJob of an earlier version still holding
     # kopf's finalizer gets it removed by kopf (no handler requires it any more).
     kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)(on_trainjob_event)
@@ -585,9 +585,8 @@ class NoDiffBase(kopf.DiffBaseStorage):
     kopf builds the "essence" of every object it watches on every watch event (a deep copy of
     the body, pods included) and diffs it with the stored one, for its change handlers
     (``kopf.on.create/update/...``). This operator has none (see :func:`register`), so that
-    work was wasted, on the one event-loop thread every watch event goes through: about a
-    sixth of the operator's busy CPU samples during a burst of new TrainJobs
-    (``py-spy``, ``benchmarks/bench_operator.py``; issue 20).
+    work was wasted, on the one event-loop thread every watch event goes through, and a
+    visible share of the operator's CPU during a burst of new TrainJobs.
     """
 
     def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
@@ -778,7 +777,7 @@ def configure_logging(verbose: bool = False) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
     # kopf logs "Handler ... succeeded." at INFO for every watch event it hands to a handler
     # (every pod and TrainJob event: thousands of lines during a burst, formatted on the event
-    # loop; issue 20); its warnings and errors, and everything with --verbose, still show.
+    # loop); its warnings and errors, and everything with --verbose, still show.
     logging.getLogger(KOPF_OBJECT_LOGGER).setLevel(logging.DEBUG if verbose else logging.WARNING)
 
 

@@ -1,7 +1,7 @@
 """Changes of the pods the operator manages, as reconcile triggers for their TrainJobs.
 
 A plain watch of the API server (one per namespace the operator serves, or one for all
-namespaces) in place of kopf's pod watch (issue 20). A pod event asks for little: a
+namespaces) in place of kopf's pod watch. A pod event asks for little: a
 reconcile of the TrainJob its ``trainjob.dev/name`` label names, when the pod changed or went
 away. A pod being added asks for nothing: only the operator creates these pods, and the
 reconcile that created one already planned with it (:func:`read_watch_line`). kopf handled

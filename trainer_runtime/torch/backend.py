@@ -2,7 +2,7 @@
 
 As Ray Train's ``env://`` rendezvous, with one difference in order: rank 0's store server
 listens before any other rank connects. A client that finds no server yet retries with a
-backoff (about 0.4 s lost at start-up whenever rank 0 was the slower to import torch).
+backoff (time lost at start-up whenever rank 0 was the slower to import torch).
 """
 
 from __future__ import annotations

@@ -55,11 +55,11 @@ CHILD_KINDS = (
 EVENT_MESSAGE_LIMIT = 2048
 #: Creates, child LISTs and Events in flight at once, shared by every reconcile. Each waits
 #: mostly on the API server (an etcd write), not on this process's CPU: sent one after
-#: another, a TrainJob's ten children took ten round trips. With 8 threads (as many as the
-#: bound's plain client in ``benchmarks/bench_operator.py``) the 16 handler threads queued for
-#: them: a burst of new TrainJobs waited 1.2 s (p50) for its children, 0.15-0.26 s with 16 at
-#: the same throughput (issue 20). The threads keep their kept-alive connections
-#: (``KubeClient`` holds one per thread).
+#: another, a TrainJob's ten children took ten round trips. As many as the operator's
+#: handler threads (``operator_main.HANDLER_THREADS``): with fewer, the handler threads queue
+#: for them and a burst of new TrainJobs waits far longer for its children, at the same
+#: throughput. The threads keep their kept-alive connections (``KubeClient`` holds one per
+#: thread).
 CREATE_CONCURRENCY = 16
 _create_pool: ThreadPoolExecutor | None = None
 #: Status keys that read the same absent and with this value (see ``fingerprint_after_writes``).
@@ -212,7 +212,7 @@ def execute_plan(client: KubeClient, obj: dict[str, Any], plan: Plan, now: dt.da
         plan = plan.failed_by_rejected_child(manifest, exc.body, now)
     written = obj
     # The Events go concurrently with the TrainJob's own writes (one round trip, not three
-    # for a new TrainJob's; issue 20), and are all posted when this returns.
+    # for a new TrainJob's), and are all posted when this returns.
     posted = [_pool().submit(post_event, client, obj, event, now) for event in plan.events]
     try:
         if plan.delete_trainjob:
@@ -264,7 +264,7 @@ def reconcile_trainjob(
         # A TrainJob without a status was never reconciled: it has no children, save those a
         # reconcile cut off before its status write created (an operator restart); creating
         # them again answers 409, and the next reconcile, which reads them, sees their state.
-        # So its first reconcile does not read them (6 LISTs; issue 20).
+        # So its first reconcile does not read them (a LIST per child kind saved).
         children = read_children(client, namespace, name) if status else []
         plan = plan_trainjob(
             job,

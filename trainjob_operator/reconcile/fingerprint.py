@@ -1,4 +1,4 @@
-"""Which changes of a TrainJob its timer tick reacts to (issue 20).
+"""Which changes of a TrainJob its timer tick reacts to.
 
 A timer tick reconciles a TrainJob when it changed since the operator last looked at it. The
 ``resourceVersion`` tells too much: every write changes it, the operator's own status write
@@ -74,7 +74,7 @@ def fingerprint_after_writes(
     ``status_defaults``: status keys that read the same absent and with this value. The API
     server adds the CRD's defaults (``workerFailures: 0``) to a TrainJob's first status
     write; without them every new TrainJob looked changed by someone else, and its first
-    timer tick reconciled it again for nothing (issue 20).
+    timer tick reconciled it again for nothing.
     """
     if written is read:
         return trainjob_fingerprint(read)

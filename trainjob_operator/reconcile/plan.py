@@ -45,8 +45,8 @@ OPERATOR_STATUS_KEYS = (
 #: status keys the driver publishes for people and dashboards that no plan reads (the plan
 #: sizes the validation pool from the driver's ``validations``, which is not among them): a
 #: change of these alone is no reason to reconcile. A running driver updates ``progress``
-#: every few seconds; without this every running TrainJob was reconciled at every timer tick
-#: (issue 20). ``tests/reconcile`` checks that changing them changes no plan.
+#: every few seconds; without this every running TrainJob was reconciled at every timer tick.
+#: ``tests/reconcile`` checks that changing them changes no plan.
 UNPLANNED_STATUS_KEYS = ("progress", "latestCheckpoint", "bestCheckpoint", "workerFailures")
 
 

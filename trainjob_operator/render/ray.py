@@ -82,8 +82,8 @@ def ray_resources_arg(resources: Mapping[str, float | int]) -> str:
 
 TORCH_PRELOAD_MODULES = "torch.distributed,torch._dynamo"
 """What a torch worker imports before its first DDP step (``torch.distributed`` for the
-process group, ``torch._dynamo`` when DDP wraps the model): about 2.7-3.0 s on a fresh
-process (docs/benchmarks.md, start-up)."""
+process group, ``torch._dynamo`` when DDP wraps the model): seconds of a fresh process's
+start, which the preload moves before the worker actor is asked for."""
 
 PRELOAD_MEMORY_PER_CPU = 512 * 2**20
 """Memory per logical CPU a worker pod needs for the preloaded prestart: the raylet prestarts
