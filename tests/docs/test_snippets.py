@@ -1,7 +1,8 @@
 """The code blocks of the docs run, or come from files that are checked here.
 
 Guides include their code from ``docs/snippets/`` (``--8<-- "file"``). This module runs the
-Python snippets in local mode (``num_workers=0``: no Ray), validates the manifests, compares the
+Python snippets (in local mode, ``num_workers=0``, except the validation fan-out, which runs on
+the session's Ray cluster and its CPU-less validation node), validates the manifests, compares the
 captured ``trainjob validate`` and admission outputs with what the code prints now, and checks
 every other fenced block of the hand-written pages: a ``bash`` block's ``trainjob`` commands
 must parse, its ``helm --set`` keys must exist in the chart and the repository files it names
@@ -87,11 +88,19 @@ def test_preemption_snippet_runs_and_resumes(tmp_path: Path) -> None:
     assert fit(4).error is None
 
 
-def test_validate_shards_snippet_compiles() -> None:
-    """It needs a Ray cluster (its shards are Ray tasks): compiled, and its imports exist."""
-    source = (SNIPPETS / "validate_shards.py").read_text(encoding="utf-8")
-    compile(source, "validate_shards.py", "exec")
-    assert importlib.util.find_spec("ray.util.scheduling_strategies") is not None
+def test_validate_shards_snippet_fans_out_on_a_node_without_cpus(
+    tmp_path: Path, ray_validation_node: str
+) -> None:
+    """The fan-out runs as the guide shows it, from a validation on a node that advertises no
+    CPUs (``ray_validation_node``, as a TrainJob's validation pod): pinned there, shards that
+    asked for a CPU would never start and the validation would time out."""
+    from trainer_runtime import CheckpointStatus
+
+    result = _load("validate_shards").main(storage_path=str(tmp_path), shards=3)
+    assert result.error is None
+    assert [c.status for c in result.checkpoints] == [CheckpointStatus.VALIDATED] * 2
+    # weight w (the step) scored on shards 0, 1, 2: (|w| + |w-1| + |w-2|) / 3
+    assert [c.all_metrics["val_loss"] for c in result.checkpoints] == [1.0, 2 / 3]
 
 
 # --------------------------------------------------------------------------- manifests, outputs
