@@ -34,7 +34,7 @@ from trainer_runtime._validation import (
 )
 from trainer_runtime.backend import Backend
 from trainer_runtime.callbacks import TrainRunContext, call_all
-from trainer_runtime.checkpoint_manager import CheckpointManager
+from trainer_runtime.checkpoint_manager import CheckpointManager, CheckpointRecord
 from trainer_runtime.config import RunConfig, ScalingConfig
 from trainer_runtime.context import TrainContext
 from trainer_runtime.errors import (
@@ -135,6 +135,8 @@ class BaseController:
         self.state_history: list[ControllerState] = [self.state]
         #: Failures of other ranks seen while the last attempt was failing.
         self.other_failures: dict[int, BaseException] = {}
+        #: The latest committed checkpoint when the current attempt started.
+        self._latest_before: CheckpointRecord | None = None
         self.attempt = 0
         #: This driver's epoch in the run folder (see ``_fencing``); 0 until it takes over.
         self.epoch = 0

@@ -73,7 +73,7 @@ def validation_task(
 
 
 class ValidationResults(Protocol):
-    """Where a dispatcher reports to (the run's ``RunCoordinator``)."""
+    """Where a dispatcher reports to (the run's ``_validation_routing.ValidationRouter``)."""
 
     def record_validation(
         self,

@@ -127,9 +127,11 @@ def _relax_fixture(
     storage = get_storage(run)
     coordinator = RunCoordinator(CheckpointManager(run, CheckpointConfig(), storage))
     answers: list[tuple[int, int, Any]] = []
-    if reply is None:
-        reply = lambda rank, request_id, value: answers.append((rank, request_id, value))  # noqa: E731
-    coordinator.begin_attempt(world_size, reply)
+
+    def record(rank: int, request_id: int, value: Any) -> None:
+        answers.append((rank, request_id, value))
+
+    coordinator.begin_attempt(world_size, reply or record)
     return coordinator, storage, join_uri(run, "checkpoint_000000"), answers
 
 
