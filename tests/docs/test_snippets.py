@@ -4,9 +4,10 @@ Guides include their code from ``docs/snippets/`` (``--8<-- "file"``). This modu
 Python snippets (in local mode, ``num_workers=0``, except the validation fan-out, which runs on
 the session's Ray cluster and its CPU-less validation node), validates the manifests, compares the
 captured ``trainjob validate`` and admission outputs with what the code prints now, and checks
-every other fenced block of the hand-written pages: a ``bash`` block's ``trainjob`` commands
-must parse, its ``helm --set`` keys must exist in the chart and the repository files it names
-must exist; a ``text`` or ``python`` block must be an include."""
+every other fenced block of the hand-written pages without running it: a ``bash`` block's
+``trainjob`` commands must parse, its ``helm --set`` keys must exist in the chart and the
+repository files it names must exist; a ``text`` or ``python`` block must be an include. The
+``bash`` blocks' commands run in ``tests/docs/test_commands.py`` (k8s tier)."""
 
 from __future__ import annotations
 
@@ -20,20 +21,10 @@ from types import ModuleType
 import pytest
 import yaml
 
-from tests.docs._gen import DOCS, REPO
+from tests.docs._commands import NOT_RUN, RUN, commands, listed_as, not_run, parts
+from tests.docs._gen import DOCS, REPO, blocks
 
 SNIPPETS = DOCS / "snippets"
-#: pages generated from the code (tests/docs/test_reference.py, benchmarks/run_all.py)
-GENERATED = {
-    "benchmarks.md",
-    "concepts/state-machine.md",
-    "reference/cli.md",
-    "reference/conditions-events.md",
-    "reference/helm-values.md",
-    "reference/metrics.md",
-    "reference/trainjob-api.md",
-}
-FENCE = re.compile(r"^```[ ]?(\{[^}]*\}|[a-z]*)\s*$")
 
 
 @pytest.fixture(autouse=True)
@@ -146,27 +137,6 @@ def test_make_demo_capture_is_the_readmes() -> None:
 # --------------------------------------------------------------------------- every other block
 
 
-def _blocks() -> Iterator[tuple[str, int, str, list[str]]]:
-    """(page, line, language, lines) of every fenced block of the hand-written pages."""
-    for path in [REPO / "README.md", *sorted(DOCS.rglob("*.md"))]:
-        page = str(path.relative_to(DOCS)) if path.is_relative_to(DOCS) else "../README.md"
-        if page in GENERATED or page.startswith("snippets/"):
-            continue
-        lines = path.read_text(encoding="utf-8").splitlines()
-        index = 0
-        while index < len(lines):
-            match = FENCE.match(lines[index].strip())
-            if match and match.group(1):
-                start, language = index, match.group(1).strip("{} .")
-                index += 1
-                body = []
-                while lines[index].strip() != "```":
-                    body.append(lines[index])
-                    index += 1
-                yield page, start + 1, language, body
-            index += 1
-
-
 def _included(body: list[str]) -> bool:
     return len(body) == 1 and body[0].strip().startswith('--8<-- "')
 
@@ -183,23 +153,16 @@ def _values_keys() -> set[str]:
     return set(walk(values, ""))
 
 
-def _commands(body: list[str]) -> Iterator[list[str]]:
-    text = "\n".join(line for line in body if not line.lstrip().startswith("#"))
-    for command in text.replace("\\\n", " ").splitlines():
-        command = re.sub(r"\[[^]]*\]", "", command.split(" # ")[0])  # usage: [--flag VALUE]
-        for part in re.split(r"&&|;|\|", command.split(">")[0]):
-            if part.strip():
-                yield shlex.split(part, comments=True)
-
-
 def test_every_code_block_is_included_or_checked() -> None:
+    """Without a cluster: includes exist, a ``bash`` block's ``trainjob`` commands parse, its
+    ``helm --set`` keys are in values.yaml and the repository files it applies exist."""
     from trainjob_operator.cli import build_parser
 
     parser = build_parser()
     values = _values_keys()
-    blocks = list(_blocks())
-    assert len(blocks) > 10
-    for page, line, language, body in blocks:
+    fenced = list(blocks())
+    assert len(fenced) > 10
+    for page, line, language, body in fenced:
         where = f"docs/{page}:{line}"
         if _included(body):
             target = body[0].strip().removeprefix('--8<-- "').split('"')[0].split(":")[0]
@@ -211,21 +174,40 @@ def test_every_code_block_is_included_or_checked() -> None:
             assert "\n".join(body) + "\n" == (SNIPPETS / "make-demo.txt").read_text(), where
             continue
         assert language == "bash", f"{where}: a {language} block must be included from a file"
-        for argv in _commands(body):
+    for command in commands():
+        text = re.sub(r"\[[^]]*\]", "", command.text.split(">")[0])  # usage: [--flag VALUE]
+        for argv in parts(text):
             if argv[0] == "trainjob":
                 try:
                     parser.parse_args(argv[1:])
                 except SystemExit:
-                    pytest.fail(f"{where}: {shlex.join(argv)}: not a valid trainjob command")
+                    pytest.fail(f"{command.where}: not a valid trainjob command")
             if argv[:2] in (["helm", "install"], ["helm", "upgrade"]):
                 for index, arg in enumerate(argv):
                     if arg == "--set":
                         key = argv[index + 1].split("=", 1)[0]
-                        assert key in values, f"{where}: helm --set {key}: not in values.yaml"
+                        assert key in values, f"{command.where}: --set {key}: not in values.yaml"
             if argv[:2] == ["kubectl", "apply"] and "-f" in argv:
                 path = argv[argv.index("-f") + 1]
                 if path.split("/")[0] in ("examples", "crds", "charts"):
-                    assert (REPO / path).exists(), f"{where}: {path} does not exist"
+                    assert (REPO / path).exists(), f"{command.where}: {path} does not exist"
+
+
+def test_every_command_is_run_or_listed() -> None:
+    """Every command of the guides' ``bash`` blocks runs in ``test_commands.py`` unless
+    ``tests/docs/_commands.py``'s ``NOT_RUN`` says why not; an entry no command uses goes."""
+    listed = list(commands())
+    assert len(listed) > 20
+    used = set()
+    for command in listed:
+        used |= {listed_as(argv) for argv in parts(command.text)} - {None}
+        try:
+            not_run(command)
+        except ValueError as error:
+            pytest.fail(str(error))
+    assert set(NOT_RUN) == used, f"stale NOT_RUN entries: {set(NOT_RUN) - used}"
+    run = [c for c in listed if not_run(c) is None]
+    assert {shlex.split(c.text)[0] for c in run} == set(RUN)  # kubectl and helm among them
 
 
 def test_readme_links_into_the_docs_exist() -> None:

@@ -1,0 +1,22 @@
+"""The docs' commands run against the real kube-apiserver + etcd of :mod:`tests.k8s.conftest`
+(the same fixtures, provisioned the same way, skipped with ``TRAINJOB_SKIP_K8S_TESTS=1``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.k8s import conftest as k8s_conftest
+from tests.k8s.conftest import crd, envtest
+
+__all__ = ["crd", "envtest"]
+
+_HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Provision kube-apiserver/etcd (as tests/k8s does) when test_commands.py was selected."""
+    k8s_conftest.provision_before_tests(
+        session, lambda path: _HERE in path.parents and path.name == "test_commands.py"
+    )
