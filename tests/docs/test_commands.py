@@ -19,6 +19,8 @@ folder holding copies of ``examples/``, ``charts/`` and ``crds/``, with:
 The placeholders of the guides: ``my-job.yaml`` is ``examples/quickstart.yaml`` renamed
 ``my-job``; ``$REGISTRY`` is ``registry.example.com``. ``kubectl get ... -w`` lists once (a
 watch never ends). What the commands leave (namespaces, TrainJobs) is deleted afterwards.
+
+The TrainJob manifests the pages include go through ``kubectl apply --dry-run=server`` too.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import pytest
 import yaml
 
 from tests.docs._commands import Command, commands, not_run
-from tests.docs._gen import REPO
+from tests.docs._gen import REPO, blocks
 from tests.support import EnvTest
 
 REGISTRY = "registry.example.com"
@@ -115,10 +117,8 @@ class _Runner:
 
 
 @pytest.fixture(scope="module")
-def ran(
-    envtest: EnvTest, crd: None, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[list[Ran], Path]]:
-    """Every command that runs here, run once, in order: (what ran, the scratch folder)."""
+def ran(envtest: EnvTest, crd: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Runner]:
+    """Every command that runs here, run once, in order (``.results``)."""
     runner = _Runner(
         _scratch(tmp_path_factory.mktemp("guides")),
         _env(envtest, tmp_path_factory.mktemp("bin")),
@@ -139,7 +139,7 @@ def ran(
                 runner.run(command, f"kubectl {where} get deployment,service,secret")
                 if runner.run(command, f"helm uninstall {argv[2]} {where}").returncode == 0:
                     installed.discard(f"{argv[2]} {where}")
-        yield runner.results, runner.scratch
+        yield runner
     finally:
         for release in installed:
             runner.bash(f"helm uninstall {release}")
@@ -151,8 +151,8 @@ def ran(
                 runner.bash(leftover)
 
 
-def test_the_guides_commands_run_against_the_api_server(ran: tuple[list[Ran], Path]) -> None:
-    results, _ = ran
+def test_the_guides_commands_run_against_the_api_server(ran: _Runner) -> None:
+    results = ran.results
     failed = [r for r in results if r.returncode != 0]
     assert not failed, "\n\n".join(
         f"{r.command.where}\n  ran: {r.text}\n  exit {r.returncode}:\n{r.output}" for r in failed
@@ -178,15 +178,36 @@ def test_the_guides_commands_run_against_the_api_server(ran: tuple[list[Ran], Pa
     assert "llm-v6e-4x4" in outputs["kubectl -n training get tj llm-v6e-4x4"]
 
 
-def test_trainjob_crd_writes_the_committed_crd(ran: tuple[list[Ran], Path]) -> None:
+def test_trainjob_crd_writes_the_committed_crd(ran: _Runner) -> None:
     """``trainjob crd > crds/trainjob.dev_trainjobs.yaml`` (the local guide) regenerates the
     committed file unchanged."""
-    _, scratch = ran
     name = "crds/trainjob.dev_trainjobs.yaml"
-    assert (scratch / name).read_text() == (REPO / name).read_text()
+    assert (ran.scratch / name).read_text() == (REPO / name).read_text()
 
 
-def test_the_sed_of_the_tpu_guide_changed_the_image(ran: tuple[list[Ran], Path]) -> None:
-    _, scratch = ran
-    job = yaml.safe_load((scratch / "examples" / "tpu-v6e-4x4.yaml").read_text())
+def test_the_sed_of_the_tpu_guide_changed_the_image(ran: _Runner) -> None:
+    job = yaml.safe_load((ran.scratch / "examples" / "tpu-v6e-4x4.yaml").read_text())
     assert job["spec"]["image"] == "REGISTRY/my-train-image:1"
+
+
+def test_the_manifests_the_guides_show_pass_the_api_servers_schema(ran: _Runner) -> None:
+    """The TrainJobs the pages include (and ``examples/``) as ``kubectl apply --dry-run=server``
+    takes them: the CRD's schema accepts each, except ``bad-trainjob.yaml``, the local guide's
+    manifest with mistakes, whose unknown field (``num_workers``) it refuses as well."""
+    included = {
+        body[0].split('"')[1].split(":")[0]  # --8<-- "name" or "name:section"
+        for _, _, language, body in blocks()
+        if language == "yaml" and len(body) == 1 and body[0].startswith('--8<-- "')
+    }
+    snippets = REPO / "docs" / "snippets"
+    paths = {str(REPO / n if (REPO / n).is_file() else snippets / n) for n in included}
+    paths |= {str(p) for p in (REPO / "examples").glob("*.yaml")}
+    bad = str(snippets / "bad-trainjob.yaml")
+    assert bad in paths and len(paths) >= 5
+    for path in sorted(paths):
+        done = ran.bash(f"kubectl apply --dry-run=server -f {path}")
+        if path == bad:
+            assert done.returncode != 0 and "num_workers" in done.stderr, done
+        else:
+            assert done.returncode == 0, done.stderr
+            assert "(server dry run)" in done.stdout
