@@ -17,6 +17,18 @@ from tests.conftest import REPO_ROOT
 from trainer_runtime.checkpoint import COMMIT_MARKER
 
 QUICKSTART = REPO_ROOT / "examples" / "quickstart.yaml"
+#: the output of `make demo` that the README and the docs show
+DEMO_CAPTURE = REPO_ROOT / "docs" / "snippets" / "make-demo.txt"
+
+
+def _shapes(output: str) -> set[str]:
+    """The lines of ``output`` with every path and number replaced, whitespace collapsed."""
+    shapes = set()
+    for line in output.splitlines():
+        line = re.sub(r"\S*/\S*", "PATH", line)
+        line = re.sub(r"\d+(\.\d+)?", "N", line)
+        shapes.add(" ".join(line.replace("[", "[ ").split()))
+    return shapes
 
 
 def failing_train(config: dict[str, Any]) -> None:
@@ -63,6 +75,10 @@ def test_quickstart_runs_on_embedded_ray_with_validation(tmp_path: Path) -> None
     assert "\r" not in proc.stdout and "\x1b" not in proc.stdout
     assert "pid=" not in proc.stdout + proc.stderr
     assert re.search(r"^Ray worker logs: \S+/trainjob-workers.log ", proc.stdout, re.M)
+    # The capture of `make demo` shown in the README and the docs is what it prints now, up to
+    # its numbers and paths (the run's progress lines; the status YAML is written to --output).
+    capture = DEMO_CAPTURE.read_text().split("\n---\n")[0]
+    assert _shapes(capture) <= _shapes(proc.stdout), _shapes(capture) - _shapes(proc.stdout)
     status = json.loads(out.read_text())["status"]
     assert status["phase"] == "Succeeded"
     assert {c["type"]: c["status"] for c in status["conditions"]} == {
