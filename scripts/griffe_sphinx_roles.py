@@ -1,7 +1,8 @@
 """A Griffe extension (``mkdocs.yml``: mkdocstrings' ``extensions``) that turns the Sphinx roles
 of the docstrings (``:class:`X```, ``:func:`~a.b.c```, ``:meth:``, ``:attr:``, ``:data:``,
 ``:mod:``, ``:exc:``, ``:obj:``) into what Markdown renders: a cross-reference to the object when
-the site documents it, its name as code otherwise.
+the site documents it, its name as code otherwise; and the ``::`` that ends a paragraph before a
+literal block into ``:``, as Sphinx shows it.
 
 The docstrings are written for ``help()`` and Sphinx (reStructuredText roles); mkdocstrings reads
 them as Markdown, where a role shows up literally (``:class:`Result```). Each role is resolved
@@ -22,6 +23,7 @@ import griffe
 
 ROLE = re.compile(r":(?:py:)?(class|func|meth|attr|data|mod|exc|obj|const):`(~?)([^`]+)`")
 CALLABLE_ROLES = frozenset({"func", "meth"})
+LITERAL_MARKER = re.compile(r"(\S?)( ?)::$", re.MULTILINE)  # "text::", "text ::", "::"
 
 
 def _resolve(obj: griffe.Object | griffe.Alias, target: str) -> str | None:
@@ -55,7 +57,12 @@ def rewrite(text: str, obj: griffe.Object | griffe.Alias) -> str:
             return f"`{shown}`"
         return f'<autoref identifier="{path}" optional><code>{shown}</code></autoref>'
 
-    return ROLE.sub(replace, text)
+    # The "::" before an indented (literal) block, which Markdown already shows as code: as
+    # Sphinx renders it, "text::" reads "text:", "text ::" reads "text", a lone "::" nothing.
+    def literal(match: re.Match[str]) -> str:
+        return f"{match[1]}:" if match[1] and not match[2] else match[1]
+
+    return LITERAL_MARKER.sub(literal, ROLE.sub(replace, text))
 
 
 class SphinxRoles(griffe.Extension):

@@ -35,6 +35,7 @@ def test_site_builds_strictly(tmp_path: Path) -> None:
     # Sphinx roles (:class:`X`) of the docstrings became links or code (scripts/
     # griffe_sphinx_roles.py), none is shown literally
     assert re.search(r":(class|func|meth|attr|data|mod|exc|obj):", api) is None
+    assert "::</p>" not in api  # nor reStructuredText's literal-block marker
     assert (
         '<a class="autorefs autorefs-internal" title="PreemptionError '
         '(trainer_runtime.errors.PreemptionError)" href="#trainer_runtime.errors.PreemptionError">'
