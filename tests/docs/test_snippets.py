@@ -134,6 +134,23 @@ def test_make_demo_capture_is_the_readmes() -> None:
     assert capture in (REPO / "README.md").read_text(encoding="utf-8")
 
 
+def test_the_layout_names_what_is_there() -> None:
+    """Every file or folder the layout (``docs/snippets/layout.txt``) names at the start of a
+    line exists, a nested one (indented) in the folder above it."""
+    parent = ""
+    named = 0
+    for line in (SNIPPETS / "layout.txt").read_text().splitlines():
+        match = re.match(r"^( *)(\S+)(?:\s{2,}|$)", line)
+        if not match or len(match[1]) > 2:  # a continuation of the previous description
+            continue
+        path = match[2] if not match[1] else parent + match[2]
+        if not match[1]:
+            parent = path
+        assert (REPO / path).exists(), f"docs/snippets/layout.txt names {path}: not there"
+        named += 1
+    assert named > 20
+
+
 # --------------------------------------------------------------------------- every other block
 
 
