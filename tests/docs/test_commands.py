@@ -187,7 +187,7 @@ def test_trainjob_crd_writes_the_committed_crd(ran: _Runner) -> None:
 
 def test_the_sed_of_the_tpu_guide_changed_the_image(ran: _Runner) -> None:
     job = yaml.safe_load((ran.scratch / "examples" / "tpu-v6e-4x4.yaml").read_text())
-    assert job["spec"]["image"] == "REGISTRY/my-train-image:1"
+    assert job["spec"]["image"] == "REGISTRY/trainjob-runtime:0.1.0-tpu"  # the one it built
 
 
 def test_the_manifests_the_guides_show_pass_the_api_servers_schema(ran: _Runner) -> None:
