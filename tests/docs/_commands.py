@@ -1,5 +1,5 @@
 """The shell commands of the guides: every command line of the ``bash`` blocks of the README and
-the hand-written pages, and which of them ``tests/docs/test_commands.py`` runs.
+the hand-written pages, and which of them ``tests/k8s/test_docs_commands.py`` runs.
 
 A command runs there when all its programs are in :data:`RUN`; otherwise each of its simple
 commands that does not run must be in :data:`NOT_RUN`, with the reason and where what it does is

@@ -1,8 +1,8 @@
 """``helm install``, ``helm upgrade`` and ``helm uninstall`` through Helm's own Go SDK
 (``helm_python``), for the docs' commands where no ``helm`` binary is installed.
 
-``tests/docs/test_commands.py`` puts a ``helm`` on the ``PATH`` of the guides' commands that runs
-this module; it takes the flags the guides use (``-n``/``--namespace``, ``--create-namespace``,
+``tests/k8s/test_docs_commands.py`` puts a ``helm`` that runs this module on the ``PATH`` of the
+guides' commands; it takes the flags the guides use (``-n``/``--namespace``, ``--create-namespace``,
 ``--set``, ``-f``/``--values``) and refuses any other, so a guide cannot show a flag that was not
 run. It talks to the cluster of ``$KUBECONFIG`` and prints what ``helm`` prints (the release's
 name, namespace, status, revision and the chart's notes).

@@ -7,7 +7,7 @@ captured ``trainjob validate`` and admission outputs with what the code prints n
 every other fenced block of the hand-written pages without running it: a ``bash`` block's
 ``trainjob`` commands must parse, its ``helm --set`` keys must exist in the chart and the
 repository files it names must exist; a ``text`` or ``python`` block must be an include. The
-``bash`` blocks' commands run in ``tests/docs/test_commands.py`` (k8s tier)."""
+``bash`` blocks' commands run in ``tests/k8s/test_docs_commands.py`` (k8s tier)."""
 
 from __future__ import annotations
 
@@ -211,8 +211,9 @@ def test_every_code_block_is_included_or_checked() -> None:
 
 
 def test_every_command_is_run_or_listed() -> None:
-    """Every command of the guides' ``bash`` blocks runs in ``test_commands.py`` unless
-    ``tests/docs/_commands.py``'s ``NOT_RUN`` says why not; an entry no command uses goes."""
+    """Every command of the guides' ``bash`` blocks runs in ``tests/k8s/test_docs_commands.py``
+    unless ``tests/docs/_commands.py``'s ``NOT_RUN`` says why not; an entry no command uses
+    goes."""
     listed = list(commands())
     assert len(listed) > 20
     used = set()
