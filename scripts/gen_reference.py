@@ -75,6 +75,7 @@ _BASE_SPEC: dict[str, Any] = {
     "config": {"lr": 0.1},
     "framework": "torch",
     "env": [{"name": "A", "value": "1"}],
+    "runtimeEnv": {"workingDir": "gs://bucket/code/a.zip"},
     "podTemplate": {"nodeSelector": {"team": "a"}},
     "scaling": {"numWorkers": 2, "resourcesPerWorker": {"cpu": "1"}},
     "validation": {
@@ -98,6 +99,12 @@ _CHANGES: dict[str, Any] = {
     "config": {"lr": 0.2},
     "framework": "jax",
     "env": [{"name": "A", "value": "2"}],
+    "runtimeEnv.workingDir": "gs://bucket/code/b.zip",
+    "runtimeEnv.pyModules": ["/opt/libs/mylib"],
+    "runtimeEnv.envVars": {"B": "1"},
+    "runtimeEnv.excludes": ["*.ckpt"],
+    "runtimeEnv.pip": ["einops"],
+    "runtimeEnv.uvPackages": ["einops"],
     "podTemplate": {"nodeSelector": {"team": "b"}},
     "queueName": "team-queue",
     "scaling.numWorkers": 3,
@@ -604,12 +611,28 @@ def conditions_page() -> str:
         "## Condition types\n",
         _md(ConditionType.__doc__ or "")
         + " Conditions have the `metav1.Condition` shape (`type`, `status`, `reason`, "
-        "`message`, `lastTransitionTime`, `observedGeneration`).\n",
-        "| type |",
-        "| --- |",
+        "`message`, `lastTransitionTime`, `observedGeneration`). `Ready`, `Reconciling` and "
+        "`Stalled` follow the [kstatus](https://github.com/kubernetes-sigs/cli-utils/tree/master/"
+        "pkg/kstatus) conventions that Flux's health checks read, and are derived from the "
+        "phase on every status the operator writes (`TrainJobStatus.set_summary_conditions`): "
+        "their reason is the phase (when Failed, the `Failed` condition's reason) and their "
+        "message `status.message`; `status.observedGeneration` is always set "
+        "([GitOps](../guides/gitops.md)).\n",
+        "| type | meaning | True in the phases (kstatus conditions) |",
+        "| --- | --- | --- |",
     ]
+    from trainjob_operator.api.status import READY_PHASES, RECONCILING_PHASES
+
+    true_in = {
+        ConditionType.READY: READY_PHASES,
+        ConditionType.RECONCILING: RECONCILING_PHASES,
+        ConditionType.STALLED: {Phase.FAILED},
+    }
+    type_comments = _enum_comments(ConditionType)
     for ctype in ConditionType:
-        lines.append(f"| `{ctype.value}` |")
+        phases = ", ".join(f"`{p.value}`" for p in Phase if p in true_in.get(ctype, ()))
+        meaning = type_comments.get(ctype.name, ("", ""))[1]
+        lines.append(f"| `{ctype.value}` | {_cell(meaning)} | {phases} |")
     lines += [
         "",
         "## Reasons and Events\n",

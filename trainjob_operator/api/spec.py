@@ -37,6 +37,7 @@ __all__ = [
     "RayDashboardConfig",
     "RayHeadConfig",
     "RestartBackoff",
+    "RuntimeEnvConfig",
     "StorageConfig",
     "TrainJobSpec",
     "ValidationConfig",
@@ -210,6 +211,187 @@ def _check_storage_path(value: str) -> str:
             hint="use an absolute path such as /tmp/trainjob-runs or /mnt/checkpoints",
         )
     return value
+
+
+_ARCHIVE_FORMS = "gs://bucket/path.zip, s3://bucket/path.zip or an absolute path in the image"
+_MAX_RUNTIME_ENV_ITEMS = 64
+
+
+def _check_archive_location(value: str, what: str) -> str:
+    """``gs://``/``s3://`` zip URI or absolute path (``workingDir`` and each of ``pyModules``)."""
+    scheme, sep, rest = value.partition("://")
+    if sep and scheme in _BUCKETS:
+        store, bucket_re, rule = _BUCKETS[scheme]
+        bucket, _, key = rest.partition("/")
+        if not bucket_re.match(bucket):
+            raise api_error(
+                f"{bucket!r} is not a valid {store} bucket name",
+                hint=f"bucket names are {rule}",
+            )
+        if not key.endswith(".zip") or key.endswith("/.zip"):
+            raise api_error(
+                f"{value!r}: a remote {what} must be a .zip archive (Ray downloads and unpacks "
+                "it; it does not sync folders)",
+                hint="let `trainjob submit --working-dir DIR` package and upload the folder, or "
+                "zip it yourself (the files at the archive's top level or in one top folder)",
+            )
+        if any(part in ("", ".", "..") for part in key.split("/")[:-1]):
+            raise api_error(
+                f"{value!r} has an empty, '.' or '..' folder",
+                hint="write the object name without //, ./ or ../",
+            )
+        return value
+    if sep:
+        hint = f"use {_ARCHIVE_FORMS}"
+        if scheme == "file":
+            hint = f"write the absolute path itself: {value.removeprefix('file://')!r}"
+        elif scheme in ("http", "https"):
+            hint = (
+                "copy the archive to gs:// or s3:// (the pods read those with their own "
+                "credentials), or bake it into the image"
+            )
+        raise api_error(f"{what} scheme {scheme + '://'!r} is not supported", hint=hint)
+    if not value.startswith("/"):
+        raise api_error(
+            f"{value!r} is a relative path: {what} must be {_ARCHIVE_FORMS}",
+            hint=(
+                "a folder on your machine is uploaded by `trainjob submit --working-dir DIR` "
+                "(or TrainJobClient.submit(..., working_dir=DIR)), which sets this field"
+                if what == "workingDir"
+                else "zip the package to gs:// or s3://, or give its absolute folder in the image"
+            ),
+        )
+    if any(part in (".", "..") for part in value.split("/")):
+        raise api_error(
+            f"{value!r} has a '.' or '..' component", hint="write the normalized absolute path"
+        )
+    return value
+
+
+def _check_working_dir(value: str) -> str:
+    return _check_archive_location(value, "workingDir")
+
+
+def _check_py_module(value: str) -> str:
+    return _check_archive_location(value, "pyModules entry")
+
+
+def _check_requirement(value: str) -> str:
+    text = value.strip()
+    if not text or text != value or "\n" in value:
+        raise api_error(
+            f"{value!r} is not a requirement",
+            hint="one requirement per item, e.g. 'torchmetrics==1.4.0', without spaces around it",
+        )
+    if text.startswith("-"):
+        raise api_error(
+            f"{value!r}: pip options are not supported here",
+            hint="list requirements only; the index the pods install from is pip's "
+            "configuration in the image (PIP_INDEX_URL in spec.env)",
+        )
+    return value
+
+
+class RuntimeEnvConfig(ApiModel):
+    """Code and packages for this run without rebuilding the image: the subset of Ray's
+    ``runtime_env`` that makes sense in a manifest. It is the runtime environment of the
+    driver's Ray job, so the train workers and the validation tasks all see it.
+
+    A ``gs://``/``s3://`` archive is read by the driver with the pods' storage credentials
+    (as ``spec.storage.path``); ``trainjob submit --working-dir DIR`` packages and uploads a
+    folder and sets ``workingDir``.
+    """
+
+    working_dir: Annotated[str, AfterValidator(_check_working_dir)] | None = Field(
+        default=None,
+        description=(
+            "The code of the run: a .zip archive at gs://bucket/path.zip or "
+            "s3://bucket/path.zip, or an absolute folder in the image. The train workers and "
+            "validation tasks run in it (it is their current folder and on their sys.path); "
+            "the driver imports spec.entrypoint from it."
+        ),
+    )
+    py_modules: list[Annotated[str, AfterValidator(_check_py_module)]] = Field(
+        default_factory=list,
+        max_length=_MAX_RUNTIME_ENV_ITEMS,
+        description=(
+            "Extra importable packages: .zip archives at gs:// or s3:// (a package folder at "
+            "the archive's top level) or absolute package folders in the image."
+        ),
+    )
+    env_vars: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Environment of the train workers and validation tasks (Ray's env_vars; string "
+            "values). spec.env sets the containers' environment instead."
+        ),
+    )
+    excludes: list[str] = Field(
+        default_factory=list,
+        max_length=_MAX_RUNTIME_ENV_ITEMS,
+        description=(
+            ".gitignore-style patterns of files left out of workingDir and pyModules (e.g. "
+            "'data/', '*.ckpt')."
+        ),
+    )
+    pip: list[Annotated[str, AfterValidator(_check_requirement)]] = Field(
+        default_factory=list,
+        max_length=_MAX_RUNTIME_ENV_ITEMS,
+        description=(
+            "Requirements pip installs for the workers and validation tasks at start (Ray's "
+            "pip). The pods must reach a package index (PyPI or the one pip is configured "
+            "with in the image): on a cluster without egress, bake packages into the image."
+        ),
+    )
+    uv_packages: list[Annotated[str, AfterValidator(_check_requirement)]] = Field(
+        default_factory=list,
+        max_length=_MAX_RUNTIME_ENV_ITEMS,
+        description=(
+            "Requirements uv installs instead (Ray's uv; uv must be in the image). The same "
+            "index requirement as pip; set pip or uvPackages, not both."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> RuntimeEnvConfig:
+        for name in self.env_vars:
+            if not _ENV_NAME_RE.match(name):
+                raise api_error(
+                    f"{name!r} is not a valid environment variable name",
+                    hint="use letters, digits, '_', '-' and '.'; do not start with a digit",
+                    field="envVars",
+                )
+        if self.pip and self.uv_packages:
+            raise api_error(
+                "set either pip or uvPackages, not both (Ray refuses both at run time)",
+                hint="move the requirements into one of them",
+                field="uvPackages",
+            )
+        if self.excludes and self.working_dir is None and not self.py_modules:
+            raise api_error(
+                "excludes applies to workingDir and pyModules, and neither is set",
+                hint="set workingDir, or remove excludes",
+                field="excludes",
+            )
+        for index, pattern in enumerate(self.excludes):
+            if not pattern.strip():
+                raise api_error(
+                    "an empty exclude pattern", hint="remove it", field=f"excludes[{index}]"
+                )
+        seen: set[str] = set()
+        for index, module in enumerate(self.py_modules):
+            if module in seen:
+                raise api_error(
+                    f"{module!r} is listed twice", hint="remove one", field=f"pyModules[{index}]"
+                )
+            seen.add(module)
+        return self
+
+    def is_empty(self) -> bool:
+        """Whether it changes nothing (no code, packages or environment)."""
+        return not (
+            self.working_dir or self.py_modules or self.env_vars or self.pip or self.uv_packages
+        )
 
 
 class StorageConfig(ApiModel):
@@ -464,6 +646,13 @@ class TrainJobSpec(ApiModel):
         default="torch", description="Sets up torch.distributed or jax.distributed in the workers."
     )
     env: list[EnvVar] = Field(default_factory=list, description="Environment of all containers.")
+    runtime_env: RuntimeEnvConfig | None = Field(
+        default=None,
+        description=(
+            "Code and packages without an image rebuild (a subset of Ray's runtime_env): the "
+            "driver's Ray job runs with it, so the train workers and validation tasks see it."
+        ),
+    )
     pod_template: FreeForm = Field(
         default_factory=dict,
         description=(
@@ -514,4 +703,14 @@ class TrainJobSpec(ApiModel):
                     f"environment variable {var.name!r} is set twice", field=f"env[{index}].name"
                 )
             seen.add(var.name)
+        if self.runtime_env is not None:
+            for name in self.runtime_env.env_vars:
+                if name in seen:
+                    raise api_error(
+                        f"environment variable {name!r} is set in both spec.env and "
+                        "spec.runtimeEnv.envVars",
+                        hint="keep one: spec.env for every container, runtimeEnv.envVars for "
+                        "the workers' and validation tasks' processes only",
+                        field="runtimeEnv.envVars",
+                    )
         return self

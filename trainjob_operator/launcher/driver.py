@@ -35,10 +35,18 @@ from trainjob_operator.constants import (
     KIND,
 )
 from trainjob_operator.kube import DRIVER_USER_AGENT, ApiError, KubeClient, KubeConfig
+from trainjob_operator.launcher.runtime_env import (
+    RuntimeEnvError,
+    add_import_paths,
+    prepare_runtime_env,
+)
 from trainjob_operator.launcher.status import StatusTracker
 from trainjob_operator.launcher.trainer import EntrypointError, build_trainer, plan_run
 
 logger = logging.getLogger("trainjob_operator.launcher.driver")
+
+RUNTIME_ENV_DIR_ENV = "TRAINJOB_RUNTIME_ENV_DIR"
+"""Where the driver unpacks spec.runtimeEnv's archives (default /tmp/trainjob-runtime-env)."""
 
 #: status keys the driver owns (the operator owns phase and conditions).
 DRIVER_STATUS_KEYS = (
@@ -149,7 +157,16 @@ def main() -> int:
     )
     try:
         job = load_job(client)
+        # spec.runtimeEnv: its archives unpacked here, the entrypoints imported from them.
+        runtime_env, import_paths = prepare_runtime_env(
+            job.spec.runtime_env,
+            Path(os.environ.get(RUNTIME_ENV_DIR_ENV, "/tmp/trainjob-runtime-env")),
+        )
+        add_import_paths(import_paths)
         plan = plan_run(job)
+    except RuntimeEnvError as exc:
+        print(f"invalid TrainJob: {exc}" if exc.permanent else str(exc), file=sys.stderr)
+        return DRIVER_INVALID_INPUT_EXIT_CODE if exc.permanent else 1
     except (ManifestError, EntrypointError, ValueError) as exc:
         print(f"invalid TrainJob: {exc}", file=sys.stderr)
         return DRIVER_INVALID_INPUT_EXIT_CODE
@@ -162,7 +179,13 @@ def main() -> int:
     )
     import ray
 
-    ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), log_to_driver=True)
+    # The job's runtime_env (spec.runtimeEnv): every actor and task of this Ray job, the train
+    # workers and the validation tasks, inherits it.
+    ray.init(
+        address=os.environ.get("RAY_ADDRESS", "auto"),
+        log_to_driver=True,
+        runtime_env=runtime_env,
+    )
 
     start = time.monotonic()
     error: BaseException | None = None
