@@ -59,6 +59,14 @@ def test_every_reason_and_metric_is_listed() -> None:
     for enum in (Phase, ConditionType, Reason):
         for member in enum:
             assert f"| `{member.value}` |" in conditions
+    # the kstatus conditions name the phases they are True in (the code's sets, not prose)
+    from trainjob_operator.api.status import READY_PHASES
+
+    ready = next(line for line in conditions.splitlines() if line.startswith("| `Ready` |"))
+    assert ready.endswith(
+        " | " + ", ".join(f"`{p.value}`" for p in Phase if p in READY_PHASES) + " |"
+    )
+    assert "| `Stalled` |" in conditions and conditions.count("kstatus (abnormal-true)") == 2
     metrics = gen.metrics_page()
     for name in ("trainjob_reconciles_total", "trainjob_jobs", "trainjob_pod_watch_events_total"):
         assert f"`{name}`" in metrics

@@ -183,12 +183,21 @@ def test_trainjob_becomes_a_ray_cluster_and_succeeds(
         "Starting", lambda: job_status(kube, ns).get("phase") == "Starting" and job_status(kube, ns)
     )
     assert status["observedGeneration"] == 1
+    # the kstatus conditions (Flux): InProgress while it starts
+    kstatus = {c["type"]: c["status"] for c in status["conditions"]}
+    assert (kstatus["Ready"], kstatus["Reconciling"], kstatus["Stalled"]) == (
+        "False",
+        "True",
+        "False",
+    )
 
     make_all_ready(kube, ns)
     status = wait_for(
         "Running", lambda: (s := job_status(kube, ns)).get("phase") == "Running" and s
     )
     assert status["workers"] == {"ready": 2, "desired": 2}
+    kstatus = {c["type"]: c["status"] for c in status["conditions"]}
+    assert (kstatus["Ready"], kstatus["Reconciling"]) == ("True", "False")
     assert status["startTime"]
 
     driver = next(n for n, p in pods(kube, ns).items() if role(p) == "driver")
@@ -197,6 +206,8 @@ def test_trainjob_becomes_a_ray_cluster_and_succeeds(
         "Succeeded", lambda: (s := job_status(kube, ns)).get("phase") == "Succeeded" and s
     )
     assert {c["type"]: c["status"] for c in status["conditions"]}["Succeeded"] == "True"
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "True"
+    assert status["observedGeneration"] == 1
     remaining = wait_for(
         "cluster pods deleted", lambda: (p := pods(kube, ns)) and len(p) == 1 and p
     )
@@ -426,6 +437,10 @@ def test_invalid_spec_is_failed_with_the_field(
     assert next(c for c in status["conditions"] if c["type"] == "Failed")["reason"] == (
         "InvalidSpec"
     )
+    # kstatus (Flux) reads it as Failed, for the generation it was computed from
+    stalled = next(c for c in status["conditions"] if c["type"] == "Stalled")
+    assert (stalled["status"], stalled["reason"]) == ("True", "InvalidSpec")
+    assert status["observedGeneration"] == 1
     assert pods(kube, ns) == {}
 
 

@@ -290,14 +290,17 @@ def test_plan_trainjob_fails_a_spec_that_does_not_render() -> None:
     failed = plan.new_status.condition(ConditionType.FAILED)
     assert failed is not None and failed.reason == "InvalidSpec"
     assert [e.reason for e in plan.events] == ["InvalidSpec"]
-    assert "observedGeneration" not in plan.status  # as before: only phase, message, times
+    # every status the operator writes says which generation it saw (kstatus, Argo CD)
+    assert plan.status["observedGeneration"] == 2
+    stalled = plan.new_status.condition(ConditionType.STALLED)
+    assert stalled is not None and stalled.status == "True" and stalled.reason == "InvalidSpec"
 
 
 def test_plan_invalid_spec_fails_once_and_survives_a_status_it_cannot_read() -> None:
     plan = plan_invalid_spec({"progress": {"step": 3}}, "x" * 5000, 1, NOW)
     patch = plan.status_patch()
     assert patch is not None and len(patch["message"]) == 2000
-    assert set(patch) == {"phase", "message", "completionTime", "conditions"}
+    assert set(patch) == {"phase", "message", "completionTime", "conditions", "observedGeneration"}
     again = plan_invalid_spec(plan.status, "other", 1, NOW)
     assert again.status_patch() is None and again.events == []
     odd = plan_invalid_spec({"phase": "NoSuchPhase"}, "bad", 1, NOW)

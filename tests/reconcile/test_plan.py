@@ -89,7 +89,13 @@ def test_new_job_creates_every_child_and_is_starting() -> None:
     assert _names(plan.create) == ["tj-driver", "tj-head", "tj-w0", "tj-w1"]
     assert plan.status["phase"] == "Starting"
     assert plan.status["observedGeneration"] == 1
-    assert {c["type"] for c in plan.status["conditions"]} == {"Created"}
+    conditions = {c["type"]: c["status"] for c in plan.status["conditions"]}
+    assert conditions == {
+        "Created": "True",
+        "Ready": "False",
+        "Reconciling": "True",
+        "Stalled": "False",
+    }
     # One Event per create: the first phase is in the Created Event's message.
     assert [(e.type, e.reason) for e in plan.events] == [("Normal", "Created")]
     assert plan.events[0].message == (

@@ -53,12 +53,34 @@ class Phase(StrEnum):
 class ConditionType(StrEnum):
     """``status.conditions[].type`` of a TrainJob (one condition per type)."""
 
+    #: the operator accepted the TrainJob (True once)
     CREATED = "Created"
+    #: head, workers and driver are up
     RUNNING = "Running"
+    #: spec.suspend tore the cluster down
     SUSPENDED = "Suspended"
+    #: a whole-cluster restart is under way
     RESTARTING = "Restarting"
+    #: the driver finished training
     SUCCEEDED = "Succeeded"
+    #: the job failed for good (its reason says why)
     FAILED = "Failed"
+    #: kstatus: the job is where its spec asks (Running, Succeeded or Suspended); False while
+    #: it starts or restarts and once it failed
+    READY = "Ready"
+    #: kstatus (abnormal-true): the operator is bringing the job up (Pending, Starting,
+    #: Restarting)
+    RECONCILING = "Reconciling"
+    #: kstatus (abnormal-true): the job failed and nothing will change that but a new spec
+    STALLED = "Stalled"
+
+
+#: phases in which ``Ready`` is True: as kstatus reads a batch/v1 Job (Current once it runs,
+#: after it completed and while it is suspended), so Flux's health checks and
+#: ``kubectl wait --for=condition=Ready`` do not wait for the whole training run.
+READY_PHASES = frozenset({Phase.RUNNING, Phase.SUCCEEDED, Phase.SUSPENDED})
+#: phases in which ``Reconciling`` is True (kstatus: InProgress).
+RECONCILING_PHASES = frozenset({Phase.PENDING, Phase.STARTING, Phase.RESTARTING})
 
 
 class Reason(StrEnum):
@@ -332,6 +354,24 @@ class TrainJobStatus(ApiModel):
         if generation is not None:
             found.observed_generation = generation
         self.conditions = self.conditions  # counts as set (a patch of the status includes it)
+
+    def set_summary_conditions(self, generation: int | None, now: datetime) -> None:
+        """Set ``Ready``, ``Reconciling`` and ``Stalled`` from the phase, for tools that read
+        the kstatus conventions (Flux's health checks, ``kubectl wait``): ``Ready`` in
+        :data:`READY_PHASES`, ``Reconciling`` in :data:`RECONCILING_PHASES`, ``Stalled`` when
+        Failed. All three carry the phase as reason (Failed: the ``Failed`` condition's reason
+        and message) and ``status.message``. Called on every status the operator writes."""
+        phase = self.phase or Phase.PENDING
+        reason, message = phase.value, self.message or phase.value
+        failed = self.condition(ConditionType.FAILED)
+        if phase == Phase.FAILED and failed is not None:
+            reason, message = failed.reason, failed.message or message
+        for type_, true in (
+            (ConditionType.READY, phase in READY_PHASES),
+            (ConditionType.RECONCILING, phase in RECONCILING_PHASES),
+            (ConditionType.STALLED, phase == Phase.FAILED),
+        ):
+            self.set_condition(type_, true, reason, message, generation, now)
 
 
 def status_defaults() -> dict[str, Any]:

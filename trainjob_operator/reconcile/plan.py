@@ -119,8 +119,8 @@ class Plan:
             self.requeue_after = seconds
 
     def fail(self, reason: str, message: str, generation: int | None, now: dt.datetime) -> None:
-        """Make this plan a terminal failure: phase Failed, completionTime, conditions, an
-        Event (only when the job was not Failed already).
+        """Make this plan a terminal failure: phase Failed, completionTime, conditions (the
+        kstatus ones too: ``Stalled``), an Event (only when the job was not Failed already).
 
         Only the status and events change; the next reconcile (phase Failed) tears the pods
         down (keeping the driver per ``spec.keepDriverPod``).
@@ -134,6 +134,7 @@ class Plan:
         status.completion_time = whole_seconds(now)
         status.set_condition(ConditionType.FAILED, True, reason, message, generation, now)
         status.set_condition(ConditionType.RUNNING, False, reason, message, generation, now)
+        status.set_summary_conditions(generation, now)
 
     def failed_by_rejected_child(
         self, manifest: dict[str, Any], body: dict[str, Any], now: dt.datetime

@@ -807,10 +807,13 @@ PHASE_HANDLERS: dict[Phase, Callable[[Reconcile], Done]] = {
 
 def run_reconcile(r: Reconcile) -> Plan:
     """The whole state machine for one reconcile: the Created step, the phase's handler
-    (:data:`PHASE_HANDLERS`), then the validation pool's step; returns the plan."""
+    (:data:`PHASE_HANDLERS`), then the validation pool's step; returns the plan, whose status
+    has the kstatus conditions of its phase
+    (:meth:`~trainjob_operator.api.status.TrainJobStatus.set_summary_conditions`)."""
     check_created_if_needed(r)
     PHASE_HANDLERS[r.phase](r)
     check_validation_pool_step(r)
+    r.status.set_summary_conditions(r.generation, r.now)
     return r.plan
 
 
@@ -836,13 +839,16 @@ def plan_invalid_spec(
     status: Mapping[str, Any] | None, message: str, generation: int | None, now: dt.datetime
 ) -> Plan:
     """Fail a TrainJob whose spec cannot be parsed or rendered (no retry can fix it):
-    ``InvalidSpec``, once (a job already Failed is left as it is); its pods are left alone."""
+    ``InvalidSpec``, once (a job already Failed keeps its failure); its pods are left alone.
+    ``observedGeneration`` is ``generation``, as on every status the operator writes."""
     raw = dict(status or {})
     try:
         new = TrainJobStatus.model_validate(raw)
     except ValidationError:  # the status itself is what does not parse: start from nothing
         new = TrainJobStatus()
     plan = Plan(new_status=new, observed_status=operator_keys(raw))
+    if generation is not None:
+        new.observed_generation = generation
     if new.phase != Phase.FAILED:
         check_transition(new.phase, Phase.FAILED)
         message = message[:INVALID_SPEC_MESSAGE_LIMIT]
@@ -851,6 +857,7 @@ def plan_invalid_spec(
         new.completion_time = whole_seconds(now)
         new.set_condition(ConditionType.FAILED, True, Reason.INVALID_SPEC, message, generation, now)
         plan.events.append(Event(EventType.WARNING, Reason.INVALID_SPEC, message))
+    new.set_summary_conditions(generation, now)
     return plan
 
 
