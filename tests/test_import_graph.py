@@ -268,8 +268,9 @@ OPERATOR_LAYERS: tuple[tuple[str, ...], ...] = (
     ("render", "launcher"),
     ("reconcile",),
     ("pod_watch", "leader", "admission"),
+    ("sdk",),
     ("operator_main",),
-    ("cli", "manifest_cli", "__main__"),
+    ("cli", "manifest_cli", "cluster_cli", "__main__"),
     ("",),
 )
 #: The reconcile package's modules, lowest first (the order its docstring gives).

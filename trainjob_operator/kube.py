@@ -146,15 +146,18 @@ class KubeConfig:
         return config
 
     @classmethod
-    def from_kubeconfig(cls, path: str | os.PathLike[str] | None = None) -> KubeConfig:
-        """The current context of a kubeconfig file (``$KUBECONFIG`` or ``~/.kube/config``)."""
+    def from_kubeconfig(
+        cls, path: str | os.PathLike[str] | None = None, context: str | None = None
+    ) -> KubeConfig:
+        """A context of a kubeconfig file (``$KUBECONFIG`` or ``~/.kube/config``): ``context``,
+        else the file's current context."""
         path = (
             path
             or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
             or os.path.expanduser("~/.kube/config")
         )
         data = yaml.safe_load(Path(path).read_text())
-        ctx_name = data.get("current-context")
+        ctx_name = context or data.get("current-context")
         ctx = next(c["context"] for c in data["contexts"] if c["name"] == ctx_name)
         cluster = next(c["cluster"] for c in data["clusters"] if c["name"] == ctx["cluster"])
         user = next(u["user"] for u in data["users"] if u["name"] == ctx["user"])
