@@ -233,7 +233,7 @@ RUNTIME_LAYERS: tuple[tuple[str, ...], ...] = (
     # storage owns its errors (StorageError) and knows only the leaves
     ("storage",),
     ("checkpoint", "reported_checkpoint", "_snapshot", "_metrics", "_raylet", "_fencing"),
-    ("config", "callbacks", "context"),
+    ("config", "callbacks", "context", "data_config"),
     (
         "checkpoint_manager",
         "result",

@@ -24,6 +24,7 @@ from trainer_runtime.config import (
     ValidationTaskConfig,
 )
 from trainer_runtime.context import StorageInfo, TrainContext
+from trainer_runtime.data_config import DataConfig
 from trainer_runtime.errors import (
     CheckpointUploadError,
     ControllerError,
@@ -127,6 +128,31 @@ def get_all_reported_checkpoints(
     )
 
 
+def get_dataset_shard(dataset_name: str | None = None) -> Any:
+    """This worker's ``ray.data.DataIterator`` for the trainer's dataset ``dataset_name``
+    (Ray Train's ``get_dataset_shard``).
+
+    For a dataset in ``DataConfig.datasets_to_split`` (all by default): this worker's part of
+    Ray Data's ``streaming_split(num_workers, equal=True)``, so every worker gets the same
+    number of rows and together they read each row once per epoch; other datasets: the
+    whole dataset. Iterate it once per epoch (``iter_torch_batches``, ``iter_batches``,
+    ``iter_rows``): each pass executes the dataset again, streaming while the worker trains.
+    Split shards are read in lockstep: every worker must start each epoch. In local mode
+    the shard is the whole dataset. A ``KeyError`` (Ray's) for a name not in the trainer's
+    ``datasets``.
+
+    ::
+
+        def train_fn(config):
+            for epoch in range(2):
+                for batch in trainer_runtime.get_dataset_shard("train").iter_torch_batches():
+                    ...
+
+        TorchTrainer(train_fn, datasets={"train": ray.data.read_parquet(...)}).fit()
+    """
+    return get_session("get_dataset_shard").get_dataset_shard(dataset_name)
+
+
 def get_context() -> TrainContext:
     """Ranks, world size, experiment name and storage of the calling worker."""
     return get_session("get_context").context
@@ -171,6 +197,7 @@ __all__ = [
     "CheckpointUploadError",
     "CheckpointUploadMode",
     "ControllerError",
+    "DataConfig",
     "DataParallelTrainer",
     "FailureConfig",
     "PreemptionError",
@@ -193,6 +220,7 @@ __all__ = [
     "get_all_reported_checkpoints",
     "get_checkpoint",
     "get_context",
+    "get_dataset_shard",
     "get_preemption_info",
     "report",
 ]

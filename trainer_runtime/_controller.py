@@ -18,7 +18,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -37,6 +37,13 @@ from trainer_runtime.callbacks import TrainRunContext, call_all
 from trainer_runtime.checkpoint_manager import CheckpointManager, CheckpointRecord
 from trainer_runtime.config import RunConfig, ScalingConfig
 from trainer_runtime.context import TrainContext
+from trainer_runtime.data_config import (
+    DataConfig,
+    GenDataset,
+    capture_data_context,
+    group_shards,
+    shutdown_shards,
+)
 from trainer_runtime.errors import (
     ControllerError,
     FencedError,
@@ -109,6 +116,10 @@ class RunSpec:
     scaling: ScalingConfig
     run: RunConfig
     backend: Backend
+    #: The trainer's ``datasets`` (name -> Ray Dataset, or a function returning one).
+    datasets: dict[str, GenDataset] = field(default_factory=dict)
+    #: The trainer's ``dataset_config`` (how the datasets are split among the workers).
+    data_config: DataConfig = field(default_factory=DataConfig)
 
 
 class BaseController:
@@ -146,6 +157,9 @@ class BaseController:
         self._notice_seen_at: float | None = None
         #: Preempted ranks that relax_collectives_on_preemption could not relax for.
         self._relax_refused: list[int] | None = None
+        #: The driver's ``ray.data.DataContext`` when ``fit()`` was called, installed in every
+        #: worker (None without datasets: ray.data is not imported then).
+        self.data_context: Any = capture_data_context() if spec.datasets else None
 
     @property
     def failures(self) -> int:
@@ -444,10 +458,19 @@ class RayController(BaseController):
         _ensure_ray()
         spec = self.spec
         group = self._make_group()
+        shards: list[dict[str, Any]] = []
         try:
             group.start()
             spec.backend.on_start(group, spec.scaling)
             world = group.world_size
+            if spec.datasets:
+                # A new split for every worker group: its size, its workers' nodes.
+                shards = group_shards(
+                    spec.datasets,
+                    spec.data_config,
+                    world,
+                    [w.node_id for w in group.workers],
+                )
             offset = self.coordinator.begin_attempt(world, _ray_reply(group))
             latest = self.manager.latest
             assert spec.run.name is not None and spec.run.storage_path is not None
@@ -475,6 +498,8 @@ class RayController(BaseController):
                         self.epoch,
                         self.validation_fn_set,
                         relax,
+                        shards[w.rank] if shards else None,
+                        self.data_context,
                     )
                     for w in group.workers
                 ]
@@ -496,6 +521,7 @@ class RayController(BaseController):
             except Exception as exc:  # noqa: BLE001 - tear-down is best effort
                 logger.debug("backend shutdown failed: %s", exc)
             group.shutdown(prestart_successor=True)
+            shutdown_shards(shards)
             time.sleep(0)  # let Ray process the kills before a restart asks for resources
 
     def _make_validator(self, results: ValidationResults) -> BaseValidationDispatcher:

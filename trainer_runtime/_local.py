@@ -26,6 +26,7 @@ from trainer_runtime._session import TrainSession
 from trainer_runtime._worker import run_train_fn
 from trainer_runtime.checkpoint import Checkpoint
 from trainer_runtime.context import TrainContext
+from trainer_runtime.data_config import local_shards
 from trainer_runtime.errors import PreemptionStop, TrainingFailedError, UserConfigError
 from trainer_runtime.preemption import install_sigterm_handler
 
@@ -275,6 +276,10 @@ class LocalController(BaseController):
                 default_upload_mode=spec.run.checkpoint_upload_mode,
                 driver_epoch=self.epoch,
                 validation_fn_set=self.validation_fn_set,
+                # One process: every dataset whole, as this rank's one shard.
+                dataset_shards=(
+                    local_shards(spec.datasets, spec.data_config) if spec.datasets else None
+                ),
             )
             self._enter(ControllerState.RUNNING)
             run_train_fn(session, spec.train_fn, spec.train_config)

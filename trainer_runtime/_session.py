@@ -82,8 +82,11 @@ class TrainSession:
         driver_epoch: int | None = None,
         validation_fn_set: bool = False,
         claim_uploads: bool = False,
+        dataset_shards: dict[str, Any] | None = None,
     ) -> None:
         self.context = context
+        #: This rank's Ray Data iterators by dataset name (``get_dataset_shard``).
+        self.dataset_shards: dict[str, Any] = dict(dataset_shards or {})
         self.run_path = context.get_run_path()
         storage = get_storage(self.run_path, context.storage_filesystem)
         #: Every write of this worker into the run goes through the fence: it stops once a
@@ -116,6 +119,26 @@ class TrainSession:
         self._next_request = 0
         #: Collectives entered so far (every rank enters them in the same order).
         self.collective_seq = 0
+
+    # -- datasets -------------------------------------------------------------------------
+    def get_dataset_shard(self, dataset_name: str | None) -> Any:
+        """See :func:`trainer_runtime.get_dataset_shard`."""
+        try:
+            return self.dataset_shards[dataset_name]  # type: ignore[index]
+        except KeyError:
+            given = sorted(self.dataset_shards)
+            # Ray Train's sentence first (code may match it), then what was given and the fix.
+            raise KeyError(
+                f"Dataset shard for '{dataset_name}' not found. Please ensure that the dataset "
+                "is passed through the Trainer `datasets` argument. "
+                + (
+                    f"The trainer's datasets are {given}"
+                    if given
+                    else "The trainer was given no datasets"
+                )
+                + f": pass datasets={{{dataset_name!r}: ray.data.Dataset}} to the trainer, "
+                "or read one of the given names"
+            ) from None
 
     # -- report ---------------------------------------------------------------------------
     def report(

@@ -19,6 +19,7 @@ from trainer_runtime._events import Event, EventBuffer
 from trainer_runtime._session import TrainSession
 from trainer_runtime.checkpoint import Checkpoint
 from trainer_runtime.context import TrainContext
+from trainer_runtime.data_config import install_data_context
 from trainer_runtime.preemption import install_sigterm_handler
 
 
@@ -192,10 +193,16 @@ class TrainWorker:
         driver_epoch: int = 0,
         validation_fn_set: bool = False,
         claim_uploads: bool = False,
+        dataset_shards: dict[str, Any] | None = None,
+        data_context: Any = None,
     ) -> None:
         """Start the train function in a thread and return (``claim_uploads``: see
-        ``TrainSession``)."""
+        ``TrainSession``; ``dataset_shards``: this rank's Ray Data iterators by dataset name,
+        for ``get_dataset_shard``; ``data_context``: the driver's ``ray.data.DataContext``,
+        made current here)."""
         self._preloader.wait()
+        if data_context is not None:
+            install_data_context(data_context)
         session = TrainSession(
             context,
             self._events.put,
@@ -209,6 +216,7 @@ class TrainWorker:
             driver_epoch=driver_epoch,
             validation_fn_set=validation_fn_set,
             claim_uploads=claim_uploads,
+            dataset_shards=dataset_shards,
         )
         self._session = session
         self._thread = threading.Thread(

@@ -22,6 +22,8 @@ import pytest
 from tests.compat.workloads import (
     api,
     collective_train,
+    data_draw,
+    data_train,
     jax_train,
     read_step,
     recording_callback,
@@ -497,3 +499,89 @@ def test_a_preempted_node_restarts_the_worker_group_elsewhere_from_the_final_che
         "told_and_removed": True,
     }
     assert ours["strict"]["kept"] == [] and ours["strict"]["removed_node"] is None
+
+
+def _data_summary(log: Path) -> dict[str, Any]:
+    """What each attempt's ranks read, per epoch: per-rank row counts, whether the ranks'
+    rows are disjoint and cover the dataset, the shards' types, the whole ``valid`` dataset
+    on every rank, the driver's DataContext, and whether the epochs drew other numbers
+    (the dataset was executed again)."""
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    out: dict[str, Any] = {}
+    for first in (True, False):
+        attempt = [r for r in records if r["first_attempt"] is first]
+        epochs: dict[int, list[dict[str, Any]]] = {}
+        for r in attempt:
+            epochs.setdefault(r["epoch"], []).append(r)
+        summary = {}
+        for epoch, recs in sorted(epochs.items()):
+            ids = [i for r in recs for i in r["ids"]]
+            summary[epoch] = {
+                "ranks": sorted(r["rank"] for r in recs),
+                "counts": sorted(len(r["ids"]) for r in recs),
+                "disjoint_and_whole": sorted(ids) == list(range(40)),
+                "valid_whole": all(r["valid"] == list(range(10)) for r in recs),
+                "types": sorted({tuple(r["types"]) for r in recs}),
+                "context": sorted({r["context"] for r in recs}),
+            }
+        if not first and len(epochs) == 2:
+            draws = [sorted(d for r in epochs[e] for d in r["draws"]) for e in (0, 1)]
+            summary["re_executed"] = draws[0] != draws[1]
+        out["first" if first else "restarted"] = summary
+    return out
+
+
+def test_ray_data_ingestion_splits_and_reexecutes_the_same(
+    tmp_path: Path, ray_cluster: Any
+) -> None:
+    """``datasets=`` + ``DataConfig(datasets_to_split=["train"])`` + ``get_dataset_shard``:
+    equal streaming splits of ``train``, ``valid`` whole on every worker, each epoch a new
+    execution, the driver's DataContext in the workers, and a new split after a restart."""
+    import ray.data
+    from ray.data import DataContext
+
+    summaries = {}
+    ctx = DataContext.get_current()
+    ctx.set_config("compat_marker", "driver")
+    try:
+        for name in APIS:
+            train, trainer_cls = _modules(name)
+            log = tmp_path / f"{name}.log"
+            datasets = {
+                "train": ray.data.range(40, override_num_blocks=4).map(data_draw),
+                "valid": ray.data.range(10),
+            }
+            trainer_cls(
+                data_train,
+                train_loop_config={
+                    "api": name,
+                    "epochs": 2,
+                    "log": str(log),
+                    "fail_dir": str(tmp_path / f"{name}.failed"),
+                },
+                scaling_config=train.ScalingConfig(num_workers=2),
+                run_config=train.RunConfig(
+                    name="run",
+                    storage_path=str(tmp_path / name),
+                    failure_config=train.FailureConfig(max_failures=1),
+                ),
+                datasets=datasets,
+                dataset_config=train.DataConfig(datasets_to_split=["train"]),
+            ).fit()
+            summaries[name] = _data_summary(log)
+    finally:
+        ctx.remove_config("compat_marker")
+    ours, theirs = summaries["trainer_runtime"], summaries["ray.train"]
+    assert ours == theirs
+    epoch = {
+        "ranks": [0, 1],
+        "counts": [20, 20],
+        "disjoint_and_whole": True,
+        "valid_whole": True,
+        "types": [("StreamSplitDataIterator", "DataIteratorImpl")],
+        "context": ["driver"],
+    }
+    assert ours == {
+        "first": {0: epoch},
+        "restarted": {0: epoch, 1: epoch, "re_executed": True},
+    }

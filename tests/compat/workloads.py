@@ -283,3 +283,46 @@ def preemptible_train(config: dict[str, Any]) -> None:
                 time.sleep(3600)
         train.report({"step": step})
         time.sleep(0.05)
+
+
+def data_draw(row: dict[str, Any]) -> dict[str, Any]:
+    """A Ray Data ``map`` that draws a random number per row: a dataset executed again (the
+    next epoch) draws other numbers."""
+    import random
+
+    return {"id": row["id"], "draw": random.random()}
+
+
+def data_train(config: dict[str, Any]) -> None:
+    """Ray Data ingestion: ``epochs`` passes over this rank's ``train`` shard and over the whole
+    ``valid`` dataset; every rank fails once after its first epoch (a new worker group gets a
+    new split). Logs what each rank read, the shards' types and the ``DataContext`` it sees."""
+    from ray.data import DataContext
+
+    train = api(config)
+    rank = train.get_context().get_world_rank()
+    marker = Path(config["fail_dir"]) / str(rank)
+    first_attempt = not marker.exists()
+    for epoch in range(config["epochs"]):
+        shard = train.get_dataset_shard("train")
+        valid = train.get_dataset_shard("valid")
+        rows = list(shard.iter_rows())
+        valid_ids = [int(i) for batch in valid.iter_batches(batch_size=4) for i in batch["id"]]
+        _step_log(
+            config,
+            {
+                "rank": rank,
+                "first_attempt": first_attempt,
+                "epoch": epoch,
+                "ids": sorted(int(r["id"]) for r in rows),
+                "draws": sorted(float(r["draw"]) for r in rows),
+                "valid": sorted(valid_ids),
+                "types": [type(shard).__name__, type(valid).__name__],
+                "context": DataContext.get_current().get_config("compat_marker", None),
+            },
+        )
+        train.report({"epoch": epoch, "rows": len(rows)})
+        if first_attempt:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text("failed once")
+            raise RuntimeError(f"rank {rank} fails once after its first epoch")

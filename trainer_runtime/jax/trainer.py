@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainer_runtime.config import RunConfig, ScalingConfig, ValidationConfig
+from trainer_runtime.data_config import DataConfig, GenDataset
 from trainer_runtime.jax.backend import JaxBackend, JaxConfig
 from trainer_runtime.trainer import DataParallelTrainer
 
@@ -30,6 +31,8 @@ class JaxTrainer(DataParallelTrainer):
         scaling_config: ScalingConfig | None = None,
         run_config: RunConfig | None = None,
         validation_config: ValidationConfig | None = None,
+        datasets: dict[str, GenDataset] | None = None,
+        dataset_config: DataConfig | None = None,
     ) -> None:
         super().__init__(
             train_loop_per_worker,
@@ -38,4 +41,6 @@ class JaxTrainer(DataParallelTrainer):
             run_config=run_config,
             backend=JaxBackend(jax_config),
             validation_config=validation_config,
+            datasets=datasets,
+            dataset_config=dataset_config,
         )

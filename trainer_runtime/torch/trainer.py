@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainer_runtime.config import RunConfig, ScalingConfig, ValidationConfig
+from trainer_runtime.data_config import DataConfig, GenDataset
 from trainer_runtime.torch.backend import TorchBackend, TorchConfig
 from trainer_runtime.trainer import DataParallelTrainer
 
@@ -25,6 +26,8 @@ class TorchTrainer(DataParallelTrainer):
         scaling_config: ScalingConfig | None = None,
         run_config: RunConfig | None = None,
         validation_config: ValidationConfig | None = None,
+        datasets: dict[str, GenDataset] | None = None,
+        dataset_config: DataConfig | None = None,
     ) -> None:
         super().__init__(
             train_loop_per_worker,
@@ -33,4 +36,6 @@ class TorchTrainer(DataParallelTrainer):
             run_config=run_config,
             backend=TorchBackend(torch_config),
             validation_config=validation_config,
+            datasets=datasets,
+            dataset_config=dataset_config,
         )
