@@ -24,7 +24,9 @@ from typing import Any
 import pytest
 
 from tests.gcs import GCSEmulator
+from tests.k8s.conftest import session_envtest
 from tests.s3 import S3Server
+from tests.support import EnvTest
 from trainer_runtime.storage.factory import reset_storage_cache
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -106,6 +108,13 @@ def gcs_emulator() -> Iterator[GCSEmulator]:
         else:
             os.environ["STORAGE_EMULATOR_HOST"] = old
         reset_storage_cache()
+
+
+@pytest.fixture(scope="session")
+def envtest() -> Iterator[EnvTest]:
+    """One etcd + kube-apiserver (+ kube-controller-manager) for the whole session, shared by
+    every folder that uses it (:func:`tests.k8s.conftest.session_envtest`)."""
+    yield from session_envtest()
 
 
 @pytest.fixture(scope="session")

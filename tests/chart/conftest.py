@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.k8s import conftest as k8s_conftest
-from tests.k8s.conftest import envtest, k8s_api, k8s_namespace
+from tests.k8s.conftest import k8s_api, k8s_namespace
 
-__all__ = ["envtest", "k8s_api", "k8s_namespace"]
+__all__ = ["k8s_api", "k8s_namespace"]
 
 _HERE = Path(__file__).resolve().parent
 

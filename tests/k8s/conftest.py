@@ -59,9 +59,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     provision_before_tests(session, lambda path: _HERE in path.parents)
 
 
-@pytest.fixture(scope="session")
-def envtest() -> Iterator[EnvTest]:
-    """One etcd + kube-apiserver (+ kube-controller-manager) for the whole session."""
+def session_envtest() -> Iterator[EnvTest]:
+    """The session's etcd + kube-apiserver (+ kube-controller-manager): the body of the
+    ``envtest`` fixture, which lives in ``tests/conftest.py`` so that every folder using it
+    (tests/k8s, tests/chart) shares one (a fixture imported into two conftests is two fixtures,
+    and each started its own API server)."""
     if _skipped():
         pytest.skip(f"{SKIP_ENV}=1")
     if _provision_error is not None:
