@@ -19,7 +19,7 @@ $(VENV)/.installed-demo: pyproject.toml
 $(VENV)/.installed-test: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[runtime,torch,jax,gcs,test,bench,docs]'
+	$(PIP) install -q -e '.[runtime,torch,jax,gcs,cluster,test,bench,docs]'
 	touch $@ $(VENV)/.installed-demo
 
 install: $(VENV)/.installed-demo

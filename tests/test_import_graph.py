@@ -307,6 +307,7 @@ LAZY_ALLOWED = (
     "google",
     "requests",
     "kopf",
+    "pathspec",
     "trainer_runtime.torch",
     "trainer_runtime.jax",
 )

@@ -6,7 +6,11 @@ Subcommands:
 - ``trainjob crd``: print the TrainJob CustomResourceDefinition;
 - ``trainjob run MANIFEST``: run a TrainJob on this machine (implemented in
   :mod:`trainjob_operator.launcher.local`);
-- ``trainjob operator``: run the operator (implemented in :mod:`trainjob_operator.operator_main`).
+- ``trainjob operator``: run the operator (implemented in :mod:`trainjob_operator.operator_main`);
+- ``trainjob submit|logs|list|status|checkpoints|suspend|resume|delete|dashboard``: TrainJobs on
+  a cluster (implemented in :mod:`trainjob_operator.cluster_cli`, on the Python SDK
+  :mod:`trainjob_operator.sdk`). The same entry point is installed as ``kubectl-trainjob``:
+  ``kubectl trainjob logs NAME -f``.
 
 Every subcommand's implementation is imported when it runs (``validate`` and ``crd`` from
 :mod:`trainjob_operator.manifest_cli`), not at the top of this module: ``trainjob --help``
@@ -153,6 +157,143 @@ def _add_operator_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser
     )
 
 
+_CLUSTER = "trainjob_operator.cluster_cli"
+
+
+def _add_cluster_args(parser: argparse.ArgumentParser) -> None:
+    """``--namespace``, ``--context`` and ``--kubeconfig``, as kubectl has them."""
+    parser.add_argument(
+        "--namespace",
+        "-n",
+        default=None,
+        metavar="NS",
+        help="namespace (default: the context's, else 'default')",
+    )
+    parser.add_argument(
+        "--context", default=None, metavar="CONTEXT", help="kubeconfig context (default: current)"
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        default=None,
+        metavar="FILE",
+        help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)",
+    )
+
+
+def _cluster_verb(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    verb: str,
+    help_text: str,
+    description: str,
+    with_name: bool = True,
+) -> argparse.ArgumentParser:
+    parser = sub.add_parser(verb, help=help_text, description=description)
+    if with_name:
+        parser.add_argument("name", metavar="NAME", help="the TrainJob's name")
+    _add_cluster_args(parser)
+    parser.set_defaults(func=_lazy(f"{_CLUSTER}:{verb}_command", verb, "runtime"))
+    return parser
+
+
+def _add_cluster_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    submit = _cluster_verb(
+        sub,
+        "submit",
+        "create a TrainJob on the cluster, optionally with a local working dir",
+        "Validate the manifest, package --working-dir DIR (honouring .gitignore and "
+        "spec.runtimeEnv.excludes; at most 100 MiB) and upload it content-addressed under "
+        "spec.storage.path, set spec.runtimeEnv.workingDir, and create the TrainJob. Nothing is "
+        "created when a check fails (exit status 2). With --follow, show the progress as "
+        "trainjob run does; exit status 0 when it succeeded, 1 when it failed; Ctrl-C stops "
+        "following, not the job.",
+        with_name=False,
+    )
+    submit.add_argument("manifest", metavar="MANIFEST", help="TrainJob YAML file")
+    submit.add_argument(
+        "--working-dir",
+        default=None,
+        metavar="DIR",
+        help="ship DIR as the run's code (spec.runtimeEnv.workingDir)",
+    )
+    submit.add_argument(
+        "--entrypoint-in-image",
+        action="store_true",
+        help="the entrypoints' modules are in the image, not in --working-dir",
+    )
+    submit.add_argument(
+        "--follow", "-f", action="store_true", help="show the progress until the job ends"
+    )
+    logs = _cluster_verb(
+        sub,
+        "logs",
+        "print the logs of a TrainJob's pod (the driver by default)",
+        "Print the logs of one of the TrainJob's pods: the driver (the run's progress and the "
+        "workers' output), the Ray head, a worker or a validation pod.",
+    )
+    logs.add_argument(
+        "--follow", "-f", action="store_true", help="stream (waiting for the pod to start)"
+    )
+    logs.add_argument(
+        "--role",
+        default="driver",
+        choices=("driver", "head", "worker", "validation"),
+        help="which pod (default: %(default)s)",
+    )
+    logs.add_argument(
+        "--rank", type=int, default=0, metavar="N", help="the N-th pod of the role (default: 0)"
+    )
+    logs.add_argument("--tail", type=int, default=None, metavar="LINES", help="last LINES only")
+    _cluster_verb(
+        sub,
+        "list",
+        "list the TrainJobs of a namespace",
+        "One line per TrainJob: phase, step, latest metrics, best checkpoint, age.",
+        with_name=False,
+    )
+    _cluster_verb(
+        sub,
+        "status",
+        "show a TrainJob's state",
+        "Phase, conditions, restarts with their reasons, checkpoints and recent Events.",
+    )
+    _cluster_verb(
+        sub,
+        "checkpoints",
+        "list a TrainJob's kept checkpoints (read from storage)",
+        "The committed checkpoints in the run folder (spec.storage.path/NAME) with their "
+        "metrics and validation status, the best and the latest; needs read access to the "
+        "storage from this machine.",
+    )
+    _cluster_verb(
+        sub,
+        "suspend",
+        "suspend a TrainJob",
+        "Set spec.suspend: the pods are deleted, the checkpoints kept.",
+    )
+    _cluster_verb(
+        sub,
+        "resume",
+        "resume a suspended TrainJob",
+        "Clear spec.suspend: training resumes from the latest checkpoint.",
+    )
+    _cluster_verb(
+        sub,
+        "delete",
+        "delete a TrainJob",
+        "Delete the TrainJob and its pods; its storage is kept.",
+    )
+    dashboard = _cluster_verb(
+        sub,
+        "dashboard",
+        "port-forward a TrainJob's Ray dashboard",
+        "Run kubectl port-forward to the job's dashboard Service (spec.ray.dashboard.service: "
+        "true) and print how to read its auth token.",
+    )
+    dashboard.add_argument(
+        "--port", type=int, default=8265, metavar="PORT", help="local port (default: 8265)"
+    )
+
+
 # --------------------------------------------------------------------------- parser
 
 
@@ -188,6 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_run_parser(sub)
     _add_operator_parser(sub)
+    _add_cluster_parsers(sub)
     return parser
 
 

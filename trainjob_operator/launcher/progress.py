@@ -181,6 +181,21 @@ class ProgressDisplay(Callback):
             self.out.flush()
             self._line_shown = True
 
+    def observe(
+        self, committed: str | None = None, validating: int | None = None, reported: bool = False
+    ) -> None:
+        """For a display fed from a TrainJob's status rather than from the run's callbacks
+        (``trainjob submit --follow``): count a committed checkpoint, set the validations in
+        flight, note a new report (``reported``: a plain display prints its step line)."""
+        with self._lock:
+            if committed is not None:
+                self._committed.add(committed)
+            if validating is not None:
+                self._validating = validating
+            if reported:
+                self._last_round += 1
+            self._redraw()
+
     # ---------------------------------------------------------------- life cycle
 
     def start(self) -> None:

@@ -124,7 +124,7 @@ def _fallback_matcher(patterns: list[str]) -> Callable[[str, bool], bool]:
 
 
 def _matcher(patterns: list[str]) -> Callable[[str, bool], bool]:
-    try:
+    try:  # the `cluster` extra; without it, a .gitignore subset
         import pathspec
     except ImportError:  # pragma: no cover - pathspec is installed where the tests run
         return _fallback_matcher(patterns)

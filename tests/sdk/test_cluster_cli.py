@@ -1,0 +1,142 @@
+"""The cluster verbs without a cluster: their parsers, the kubectl plugin entry point, the
+tables they print, and how API answers become SDK errors (the CLI's one line and exit 2)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from trainjob_operator import cli
+from trainjob_operator.api import parse_trainjob
+from trainjob_operator.cluster_cli import StatusFeed, _RemoteStatus, list_rows, status_lines
+from trainjob_operator.kube import ApiError, KubeClient, KubeConfig
+from trainjob_operator.launcher.progress import ProgressDisplay
+from trainjob_operator.sdk import (
+    ClusterUnreachable,
+    InvalidTrainJob,
+    PermissionDenied,
+    TrainJobClient,
+    TrainJobExists,
+    TrainJobNotFound,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_kubectl_trainjob_is_the_same_entry_point() -> None:
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["kubectl-trainjob"] == scripts["trainjob"] == "trainjob_operator.cli:main"
+
+
+@pytest.mark.parametrize(
+    "verb", ["submit", "logs", "list", "status", "checkpoints", "suspend", "resume", "delete"]
+)
+def test_every_verb_takes_the_kubectl_options(verb: str) -> None:
+    argv = [verb] + (["m.yaml"] if verb == "submit" else [] if verb == "list" else ["job"])
+    args = cli.build_parser().parse_args([*argv, "-n", "ns", "--context", "c", "--kubeconfig", "k"])
+    assert (args.namespace, args.context, args.kubeconfig) == ("ns", "c", "k")
+
+
+def _client() -> TrainJobClient:
+    return TrainJobClient(namespace="ns", kube=KubeClient(KubeConfig(host="https://127.0.0.1:1")))
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "error", "words"),
+    [
+        (0, {"reason": "Unreachable", "message": "refused"}, ClusterUnreachable, "does not answer"),
+        (403, {"message": "user alice cannot create"}, PermissionDenied, "forbidden by RBAC"),
+        (404, {"details": {"kind": "namespaces"}}, TrainJobNotFound, "namespace 'ns' does not"),
+        (
+            404,
+            {"reason": "NotFound", "details": {"kind": "trainjobs"}},
+            TrainJobNotFound,
+            "not found",
+        ),
+        (404, {"message": "the server could not find"}, ClusterUnreachable, "CRD installed"),
+        (409, {"reason": "AlreadyExists"}, TrainJobExists, "already exists"),
+        (
+            400,
+            {"message": 'admission webhook "validate.trainjob.dev" denied the request: spec.x: y'},
+            InvalidTrainJob,
+            'TrainJob ns/j: "validate.trainjob.dev" denied the request: spec.x: y',
+        ),
+    ],
+)
+def test_api_answers_become_errors_naming_the_trainjob(
+    status: int, body: dict[str, object], error: type[Exception], words: str
+) -> None:
+    exc = _client()._error(ApiError(status, body, "POST /x"), "j", "create it")
+    assert isinstance(exc, error)
+    assert str(exc).startswith("TrainJob ns/j: ") and words in str(exc), str(exc)
+
+
+def _job(**status: object) -> dict[str, object]:
+    return {
+        "apiVersion": "trainjob.dev/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "j", "namespace": "ns", "creationTimestamp": "2026-12-07T01:00:00Z"},
+        "spec": {"entrypoint": "m:f", "checkpoint": {"scoreAttribute": "val_loss"}},
+        "status": status,
+    }
+
+
+def test_list_rows() -> None:
+    job = parse_trainjob(
+        _job(
+            phase="Running",
+            progress={"step": 4, "metrics": {"loss": 0.5, "epoch": 4, "lr": 0.1}},
+            bestCheckpoint={"path": "/r/j/checkpoint_000003", "score": 0.25},
+        )
+    )
+    now = dt.datetime(2026, 12, 7, 3, 0, tzinfo=dt.UTC)
+    assert list_rows([job], now)[1] == [
+        "j",
+        "Running",
+        "4",
+        "loss=0.5 epoch=4",
+        "checkpoint_000003 val_loss=0.25",
+        "2h",
+    ]
+
+
+def test_status_lines_show_conditions_restarts_and_events() -> None:
+    obj = _job(
+        phase="Restarting",
+        message="restarting after the head pod failed",
+        conditions=[{"type": "Ready", "status": "False", "reason": "Restarting", "message": "m"}],
+        restarts=1,
+        restartHistory=[{"attempt": 1, "reason": "HeadFailed", "message": "exit 137", "time": "t"}],
+    )
+    events = [
+        {"type": "Warning", "reason": "HeadFailed", "message": "exit 137", "lastTimestamp": "t"}
+    ]
+    lines = status_lines(obj, events)
+    assert lines[0] == "TrainJob ns/j: Restarting"
+    assert "  Ready=False Restarting: m" in lines
+    assert "  attempt 1 t HeadFailed (counted): exit 137" in lines
+    assert lines[-1] == "  t Warning HeadFailed: exit 137"
+
+
+def test_the_feed_prints_each_change_once() -> None:
+    tracker = _RemoteStatus("val_loss")
+    out = io.StringIO()
+    display = ProgressDisplay(tracker, out, out, live=False, workers=2, score_attribute="val_loss")
+    feed = StatusFeed(display, tracker, "uid-1")
+    running = {"phase": "Running", "progress": {"step": 0}}
+    event = {
+        "metadata": {"uid": "e1"},
+        "involvedObject": {"uid": "uid-1"},
+        "reason": "R",
+        "message": "m",
+        "type": "Warning",
+    }
+    old_event = {"metadata": {"uid": "e0"}, "involvedObject": {"uid": "uid-0"}, "reason": "Old"}
+    feed.update(running, [event, old_event])
+    feed.update(running, [event])
+    lines = [line.split("] ", 1)[1] for line in out.getvalue().splitlines()]
+    assert lines == ["Running", "warning R: m"]
