@@ -130,7 +130,7 @@ def test_local_mode_reads_each_dataset_whole_once_per_epoch(tmp_path: Path) -> N
 
 
 def test_the_guides_snippet_trains_two_workers_on_their_shards(
-    tmp_path: Path, ray_cluster: Any
+    tmp_path: Path, ray_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``docs/snippets/ray_data_ingest.py``, which the Ray Data guide includes, as it is."""
     import importlib.util
@@ -146,8 +146,7 @@ def test_the_guides_snippet_trains_two_workers_on_their_shards(
         def after_report(self, run_context: Any, metrics: Any, checkpoint: Any) -> None:
             seen.append({"ranks": metrics})
 
-    original = module.RunConfig
-    module.RunConfig = lambda **kw: original(callbacks=[Record()], **kw)
+    monkeypatch.setattr(module, "RunConfig", lambda **kw: RunConfig(callbacks=[Record()], **kw))
     module.main(storage_path=str(tmp_path))
     # 256 rows split in two equal halves, 64 validation rows on each worker, every epoch
     assert [[dict(m) for m in r["ranks"]] for r in seen] == [
