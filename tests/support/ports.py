@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import socket
+import threading
+
+_given: set[int] = set()
+_lock = threading.Lock()
 
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A port of ``host`` that nothing listens on now (the OS picks it; a server started right
-    after binds it, barring a race with another process)."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    after binds it, barring a race with another process), and that this process has not
+    handed out before: the OS can pick a port again once its probe socket is closed, and
+    servers given their ports up front (several Ray nodes started at once) would collide."""
+    with _lock:
+        while True:
+            with socket.socket() as sock:
+                sock.bind((host, 0))
+                port = int(sock.getsockname()[1])
+            if port not in _given:
+                _given.add(port)
+                return port
