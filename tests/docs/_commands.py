@@ -35,6 +35,20 @@ NOT_RUN: dict[str, str] = {
     "(tests/cluster/test_real_node.py)",
     "kubectl -n trainjob-system rollout status": "envtest runs no pod: the real-node tier waits "
     "for the operator's rollout after installing the chart (tests/cluster/test_real_node.py)",
+    "trainjob submit": "needs the operator and pods to train (envtest runs neither): "
+    "tests/k8s/test_sdk_cli.py runs submit (with --working-dir, the refusals) on the k8s "
+    "tier's kube-apiserver; the real-node tier trains a submitted working dir",
+    "trainjob list": "reads the TrainJobs a submit (not run here) created: "
+    "tests/k8s/test_sdk_cli.py runs it",
+    "trainjob status": "needs a TrainJob (submit is not run here): tests/k8s/test_sdk_cli.py",
+    "trainjob logs": "envtest runs no pod: tests/k8s/test_sdk_cli.py checks the refusal, the "
+    "real-node tier streams a driver",
+    "trainjob checkpoints": "needs a trained run in storage: the real-node tier",
+    "trainjob suspend": "needs a TrainJob (submit is not run here): tests/k8s/test_sdk_cli.py",
+    "trainjob resume": "needs a TrainJob (submit is not run here): tests/k8s/test_sdk_cli.py",
+    "trainjob delete": "needs a TrainJob (submit is not run here): tests/k8s/test_sdk_cli.py",
+    "kubectl trainjob": "the kubectl plugin (kubectl-trainjob, the same entry point as "
+    "trainjob): the real-node tier runs it through kubectl",
 }
 """Commands not run (matched by their first words): why, and where they are tested."""
 

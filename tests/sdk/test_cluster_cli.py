@@ -140,3 +140,14 @@ def test_the_feed_prints_each_change_once() -> None:
     feed.update(running, [event])
     lines = [line.split("] ", 1)[1] for line in out.getvalue().splitlines()]
     assert lines == ["Running", "warning R: m"]
+
+
+def test_the_guides_sdk_snippet_imports() -> None:
+    import importlib.util
+
+    path = REPO / "docs" / "snippets" / "sdk_client.py"
+    spec = importlib.util.spec_from_file_location("snippet_sdk_client", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert callable(module.main)

@@ -266,8 +266,13 @@ class TrainJobClient:
         TrainJob of that name). Only then is the package uploaded and the TrainJob created.
 
         Raises:
-            InvalidTrainJob, PackagingError, TrainJobExists, PermissionDenied,
-            TrainJobNotFound (no such namespace), ClusterUnreachable.
+            InvalidTrainJob: the manifest fails the checks (here or the API server's).
+            PackagingError: the working dir is too large, lacks an entrypoint, or cannot be
+                uploaded.
+            TrainJobExists: a TrainJob of that name exists.
+            PermissionDenied: RBAC refused the create.
+            TrainJobNotFound: the namespace does not exist.
+            ClusterUnreachable: the API server does not answer.
         """
         body = self._manifest_body(manifest, name)
         job = self._check(body)
@@ -396,12 +401,14 @@ class TrainJobClient:
             if not storage.exists(uri):  # content-addressed: the same files are there already
                 storage.write_bytes(uri, package.data)
         except (StorageError, OSError, ImportError) as exc:
-            raise PackagingError(
+            error = PackagingError(
                 f"cannot upload the working dir to {uri}: {exc}",
                 name=job.metadata.name,
                 namespace=self.namespace,
                 reason="UploadFailed",
-            ) from exc
+            )
+            error.invalid_input = False  # the storage failed, not the input
+            raise error from exc
 
     # ------------------------------------------------------------------ following
 
@@ -440,7 +447,7 @@ class TrainJobClient:
                     name=name,
                     namespace=self.namespace,
                 )
-                error.last = job  # type: ignore[attr-defined]
+                error.last = job
                 raise error
             time.sleep(
                 poll_interval

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "ClusterUnreachable",
     "ConfigError",
@@ -20,10 +22,11 @@ class TrainJobError(Exception):
     """Base of the SDK's errors. ``name``: the TrainJob (None before one is known);
     ``namespace``: its namespace; ``reason``: a short machine-readable cause.
 
-    ``invalid_input``: the request itself is wrong (the CLI exits 2 and nothing was created).
+    ``invalid_input``: the request itself is wrong (the CLI exits 2 and nothing was created);
+    otherwise the cluster or the storage failed (exit status 1).
     """
 
-    invalid_input = True
+    invalid_input = False
 
     def __init__(
         self,
@@ -44,6 +47,8 @@ class TrainJobError(Exception):
 class ConfigError(TrainJobError):
     """No usable kubeconfig, or an unknown context."""
 
+    invalid_input = True
+
 
 class ClusterUnreachable(TrainJobError):
     """The API server did not answer (or the TrainJob CRD is not installed)."""
@@ -51,6 +56,8 @@ class ClusterUnreachable(TrainJobError):
 
 class PermissionDenied(TrainJobError):
     """RBAC refused the request (HTTP 403)."""
+
+    invalid_input = True
 
 
 class InvalidTrainJob(TrainJobError):
@@ -69,20 +76,28 @@ class InvalidTrainJob(TrainJobError):
         super().__init__("; ".join(problems), name=name, namespace=namespace, reason=reason)
         self.problems = problems
 
+    invalid_input = True
+
 
 class TrainJobExists(TrainJobError):
     """A TrainJob of that name already exists in the namespace."""
+
+    invalid_input = True
 
 
 class TrainJobNotFound(TrainJobError):
     """No TrainJob of that name in the namespace (or the namespace does not exist)."""
 
+    invalid_input = True
+
 
 class PackagingError(TrainJobError):
     """The working folder cannot be shipped: too large, entrypoint missing, no storage."""
+
+    invalid_input = True
 
 
 class WaitTimeout(TrainJobError, TimeoutError):
     """:meth:`TrainJobClient.wait` gave up; ``last`` is the TrainJob as last seen."""
 
-    invalid_input = False
+    last: Any = None
