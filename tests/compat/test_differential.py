@@ -521,13 +521,15 @@ def _data_summary(log: Path) -> dict[str, Any]:
                 "counts": sorted(len(r["ids"]) for r in recs),
                 "disjoint_and_whole": sorted(ids) == list(range(40)),
                 "valid_whole": all(r["valid"] == list(range(10)) for r in recs),
+                "valid_counts": sorted(len(r["valid"]) for r in recs),
+                "valid_union": sorted(i for r in recs for i in r["valid"]) == list(range(10)),
                 "types": sorted({tuple(r["types"]) for r in recs}),
                 "context": sorted({r["context"] for r in recs}),
             }
         if not first and len(epochs) == 2:
             draws = [sorted(d for r in epochs[e] for d in r["draws"]) for e in (0, 1)]
             summary["re_executed"] = draws[0] != draws[1]
-        out["first" if first else "restarted"] = summary
+        out["failed_attempt" if first else "last_attempt"] = summary
     return out
 
 
@@ -578,10 +580,54 @@ def test_ray_data_ingestion_splits_and_reexecutes_the_same(
         "counts": [20, 20],
         "disjoint_and_whole": True,
         "valid_whole": True,
+        "valid_counts": [10, 10],
+        "valid_union": False,
         "types": [("StreamSplitDataIterator", "DataIteratorImpl")],
         "context": ["driver"],
     }
     assert ours == {
-        "first": {0: epoch},
-        "restarted": {0: epoch, 1: epoch, "re_executed": True},
+        "failed_attempt": {0: epoch},
+        "last_attempt": {0: epoch, 1: epoch, "re_executed": True},
     }
+
+
+def test_ray_data_with_jax_trainer_splits_every_dataset_by_default(
+    tmp_path: Path, ray_cluster: Any
+) -> None:
+    """``JaxTrainer(datasets=...)`` with the default ``DataConfig()``: every dataset split."""
+    import ray.data
+
+    summaries = {}
+    for name in APIS:
+        train, trainer_cls = _modules(name, "jax")
+        log = tmp_path / f"{name}.log"
+        trainer_cls(
+            data_train,
+            train_loop_config={
+                "api": name,
+                "epochs": 2,
+                "log": str(log),
+                "fail_dir": str(tmp_path / "unused"),
+                "fail_once": False,
+            },
+            scaling_config=train.ScalingConfig(num_workers=2),
+            run_config=train.RunConfig(name="run", storage_path=str(tmp_path / name)),
+            datasets={
+                "train": ray.data.range(40, override_num_blocks=4).map(data_draw),
+                "valid": ray.data.range(10),
+            },
+        ).fit()
+        summaries[name] = _data_summary(log)
+    ours, theirs = summaries["trainer_runtime"], summaries["ray.train"]
+    assert ours == theirs
+    epoch = {
+        "ranks": [0, 1],
+        "counts": [20, 20],
+        "disjoint_and_whole": True,
+        "valid_whole": False,
+        "valid_counts": [5, 5],
+        "valid_union": True,
+        "types": [("StreamSplitDataIterator", "StreamSplitDataIterator")],
+        "context": [None],
+    }
+    assert ours == {"failed_attempt": {}, "last_attempt": {0: epoch, 1: epoch, "re_executed": True}}

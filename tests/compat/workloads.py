@@ -294,15 +294,16 @@ def data_draw(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def data_train(config: dict[str, Any]) -> None:
-    """Ray Data ingestion: ``epochs`` passes over this rank's ``train`` shard and over the whole
-    ``valid`` dataset; every rank fails once after its first epoch (a new worker group gets a
-    new split). Logs what each rank read, the shards' types and the ``DataContext`` it sees."""
+    """Ray Data ingestion: ``epochs`` passes over this rank's ``train`` shard and over its
+    ``valid`` shard; with ``fail_once`` (the default) every rank fails once after its first
+    epoch (a new worker group gets a new split). Logs what each rank read, the shards' types
+    and the ``DataContext`` it sees."""
     from ray.data import DataContext
 
     train = api(config)
     rank = train.get_context().get_world_rank()
     marker = Path(config["fail_dir"]) / str(rank)
-    first_attempt = not marker.exists()
+    first_attempt = config.get("fail_once", True) and not marker.exists()
     for epoch in range(config["epochs"]):
         shard = train.get_dataset_shard("train")
         valid = train.get_dataset_shard("valid")
