@@ -12,6 +12,8 @@ working dir too large, entrypoint missing, invalid manifest, a name that exists)
 from __future__ import annotations
 
 import io
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -250,3 +252,31 @@ def test_bad_input_is_one_line_exit_2_and_creates_nothing(
     assert "already exists" in capsys.readouterr().err
     assert not (cluster.storage / "bad").exists()
     cluster.client.delete("bad")
+
+
+def test_submit_follow_exits_1_when_the_job_fails(
+    cluster: Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def operator() -> None:  # plays the operator: the job fails once it exists
+        deadline = time.monotonic() + 30
+        while cluster.admin.get(KIND, cluster.ns, "ff") is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        cluster.admin.patch(
+            KIND,
+            cluster.ns,
+            "ff",
+            {"status": {"phase": "Failed", "message": "the driver exited 1"}},
+            subresource="status",
+        )
+
+    thread = threading.Thread(target=operator)
+    thread.start()
+    try:
+        code = cli.main(cluster.cli("submit", str(cluster.manifest(tmp_path, "ff")), "--follow"))
+    finally:
+        thread.join()
+    out = capsys.readouterr().out.splitlines()
+    assert code == 1
+    assert out[0] == f"trainjob.dev/ff created in namespace {cluster.ns}"
+    assert out[-1].endswith("] Failed: the driver exited 1")
+    cluster.client.delete("ff")

@@ -151,3 +151,33 @@ def test_the_guides_sdk_snippet_imports() -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert callable(module.main)
+
+
+def test_ctrl_c_stops_following_not_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainjob_operator import cluster_cli
+
+    obj = _job(phase="Running")
+
+    class Client:
+        namespace = "ns"
+
+        def get(self, name: str) -> object:
+            return parse_trainjob(obj)
+
+        def get_object(self, name: str) -> dict[str, object]:
+            return obj
+
+        def events(self, name: str) -> list[dict[str, object]]:
+            return []
+
+    def interrupt(seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cluster_cli.time, "sleep", interrupt)
+    out, err = io.StringIO(), io.StringIO()
+    assert cluster_cli.follow(Client(), "j", out, err, live=False) == 130  # type: ignore[arg-type]
+    assert err.getvalue() == (
+        "Stopped following TrainJob ns/j; it keeps running. Follow it again: trainjob logs -n ns "
+        "j -f; stop it: trainjob delete -n ns j (or trainjob suspend -n ns j to keep its pods' "
+        "capacity free and resume later).\n"
+    )

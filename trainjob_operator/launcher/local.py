@@ -272,6 +272,11 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"{args.manifest}: {problem}", file=sys.stderr)
     if capacity or problems:
         return EXIT_INVALID
+    if job.spec.runtime_env is not None and not job.spec.runtime_env.is_empty():
+        notes.append(
+            "spec.runtimeEnv applies on a cluster only: trainjob run imports from this folder "
+            "and uses this machine's packages and environment"
+        )
     for note in notes:
         print(f"{args.manifest}: {note}", file=sys.stderr)
     verbose = bool(getattr(args, "verbose", False))
