@@ -25,6 +25,7 @@ from typing import Any, TextIO
 
 from trainjob_operator.api.status import Phase
 from trainjob_operator.api.trainjob import TrainJob
+from trainjob_operator.constants import GROUP, KIND
 from trainjob_operator.launcher.progress import ProgressDisplay, format_metrics, is_live
 from trainjob_operator.launcher.status import StatusTracker
 from trainjob_operator.render.names import ray_auth_secret_name
@@ -51,6 +52,8 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_INVALID = 2  # cli.EXIT_INVALID
 EXIT_INTERRUPTED = 130
+_RESOURCE = f"{KIND.lower()}.{GROUP}"
+"""How kubectl names the resource in its messages (``<kind>.<group>/NAME created``)."""
 
 
 def _client(args: argparse.Namespace) -> TrainJobClient:
@@ -215,7 +218,7 @@ def submit_command(args: argparse.Namespace) -> int:
     runtime_env = job.spec.runtime_env
     if args.working_dir and runtime_env is not None and runtime_env.working_dir:
         print(f"Uploaded {args.working_dir} to {runtime_env.working_dir}")
-    print(f"trainjob.dev/{job.name} created in namespace {ns}")
+    print(f"{_RESOURCE}/{job.name} created in namespace {ns}")
     if not args.follow:
         print(
             f"Follow it: trainjob logs -n {ns} {job.name} -f (the driver's output) or "
@@ -395,7 +398,7 @@ def suspend_command(args: argparse.Namespace) -> int:
     """``trainjob suspend NAME``."""
     client = _client(args)
     client.suspend(args.name)
-    print(f"trainjob.dev/{args.name} suspended (its pods are deleted; checkpoints are kept)")
+    print(f"{_RESOURCE}/{args.name} suspended (its pods are deleted; checkpoints are kept)")
     return EXIT_OK
 
 
@@ -404,7 +407,7 @@ def resume_command(args: argparse.Namespace) -> int:
     """``trainjob resume NAME``."""
     client = _client(args)
     client.resume(args.name)
-    print(f"trainjob.dev/{args.name} resumed (from its latest checkpoint)")
+    print(f"{_RESOURCE}/{args.name} resumed (from its latest checkpoint)")
     return EXIT_OK
 
 
@@ -413,7 +416,7 @@ def delete_command(args: argparse.Namespace) -> int:
     """``trainjob delete NAME``."""
     client = _client(args)
     client.delete(args.name)
-    print(f"trainjob.dev/{args.name} deleted (storage is kept)")
+    print(f"{_RESOURCE}/{args.name} deleted (storage is kept)")
     return EXIT_OK
 
 

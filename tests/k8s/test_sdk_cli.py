@@ -277,6 +277,6 @@ def test_submit_follow_exits_1_when_the_job_fails(
         thread.join()
     out = capsys.readouterr().out.splitlines()
     assert code == 1
-    assert out[0] == f"trainjob.dev/ff created in namespace {cluster.ns}"
+    assert out[0] == f"trainjob.trainjob.dev/ff created in namespace {cluster.ns}"
     assert out[-1].endswith("] Failed: the driver exited 1")
     cluster.client.delete("ff")

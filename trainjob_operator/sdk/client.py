@@ -41,7 +41,7 @@ from trainjob_operator.api.manifest import load_documents, parse_trainjob
 from trainjob_operator.api.spec import TrainJobSpec
 from trainjob_operator.api.status import Phase
 from trainjob_operator.api.trainjob import TrainJob
-from trainjob_operator.constants import API_VERSION, KIND, NAME_LABEL, ROLE_LABEL
+from trainjob_operator.constants import API_VERSION, KIND, NAME_LABEL, PLURAL, ROLE_LABEL
 from trainjob_operator.kube import ApiError, KubeClient, KubeConfig, resource_path, ssl_context
 from trainjob_operator.sdk.errors import (
     ClusterUnreachable,
@@ -67,7 +67,7 @@ __all__ = ["ROLES", "TERMINAL_PHASES", "USER_AGENT", "TrainJobClient", "run_fold
 TERMINAL_PHASES: tuple[Phase, ...] = (Phase.SUCCEEDED, Phase.FAILED)
 """What :meth:`TrainJobClient.wait` waits for by default."""
 ROLES = ("driver", "head", "worker", "validation")
-"""The pod roles :meth:`TrainJobClient.logs` reads (the ``trainjob.dev/role`` label)."""
+"""The pod roles :meth:`TrainJobClient.logs` reads (the pods' role label)."""
 USER_AGENT = "trainjob-sdk"
 
 Manifest = str | os.PathLike[str] | Mapping[str, Any] | TrainJob | TrainJobSpec
@@ -156,7 +156,7 @@ class TrainJobClient:
                     namespace=ns,
                     reason="NamespaceNotFound",
                 )
-            if details.get("kind") == "trainjobs" or (name and exc.body.get("reason")):
+            if details.get("kind") == PLURAL or (name and exc.body.get("reason")):
                 return TrainJobNotFound(
                     f"not found in namespace {ns!r}", name=name, namespace=ns, reason="NotFound"
                 )
