@@ -40,6 +40,7 @@ from trainer_runtime.context import TrainContext
 from trainer_runtime.data_config import (
     DataConfig,
     GenDataset,
+    TrainingResourceRequest,
     capture_data_context,
     group_shards,
     shutdown_shards,
@@ -160,6 +161,8 @@ class BaseController:
         #: The driver's ``ray.data.DataContext`` when ``fit()`` was called, installed in every
         #: worker (None without datasets: ray.data is not imported then).
         self.data_context: Any = capture_data_context() if spec.datasets else None
+        #: With datasets: the current worker group's resources as registered with Ray Data.
+        self._data_request: TrainingResourceRequest | None = None
 
     @property
     def failures(self) -> int:
@@ -471,6 +474,11 @@ class RayController(BaseController):
                     world,
                     [w.node_id for w in group.workers],
                 )
+                # What the workers hold is not Ray Data's to budget (as in Ray Train).
+                self._data_request = TrainingResourceRequest(
+                    f"train-{self.run_context.run_id}", list(group.bundles)
+                )
+                self._data_request.renew(force=True)
             offset = self.coordinator.begin_attempt(world, _ray_reply(group))
             latest = self.manager.latest
             assert spec.run.name is not None and spec.run.storage_path is not None
@@ -522,6 +530,9 @@ class RayController(BaseController):
                 logger.debug("backend shutdown failed: %s", exc)
             group.shutdown(prestart_successor=True)
             shutdown_shards(shards)
+            if self._data_request is not None:
+                self._data_request.cancel()
+                self._data_request = None
             time.sleep(0)  # let Ray process the kills before a restart asks for resources
 
     def _make_validator(self, results: ValidationResults) -> BaseValidationDispatcher:
@@ -573,6 +584,8 @@ class RayController(BaseController):
                             finished.add(event.rank)
                     self.coordinator.tick()
                     self._watch_preemption(group)
+                    if self._data_request is not None:
+                        self._data_request.renew()
                     if rank not in finished:
                         pending[by_rank[rank].actor.poll.remote(POLL_TIMEOUT_S)] = rank
             if gone:  # the survivors returned: the attempt ends as the preemption's

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Union
 
@@ -231,6 +232,68 @@ def shutdown_shards(shards: Sequence[Mapping[str, Any]]) -> None:
         ray.get(refs, timeout=5)
     except Exception as exc:  # noqa: BLE001 - they go away with their last handle anyway
         logger.debug("stopping the Ray Data split coordinators failed: %s", exc)
+
+
+#: How often the workers' resources are registered again with Ray Data's coordinator, and after
+#: how long a registration lapses (Ray Train 2.60's ``AUTOSCALING_REQUESTS_INTERVAL_S`` and
+#: ``AUTOSCALING_REQUESTS_EXPIRE_TIME_S``).
+RESOURCE_REQUEST_INTERVAL_S = 20.0
+RESOURCE_REQUEST_EXPIRE_S = 180.0
+
+
+class TrainingResourceRequest:
+    """The worker group's resources, registered with Ray Data's autoscaling coordinator at high
+    priority, as Ray Train 2.60's scaling policy registers them: Ray Data then budgets what the
+    cluster has beyond the training workers, instead of counting their CPUs/GPUs as its own.
+
+    The coordinator is Ray Data's internal actor: a Ray without it, or a failed call, only
+    logs (Ray Data then budgets the whole cluster, its default).
+    """
+
+    def __init__(self, requester_id: str, resources: list[dict[str, float]]) -> None:
+        self.requester_id = requester_id
+        self.resources = [dict(r) for r in resources]
+        self._sent_at = float("-inf")
+        self._coordinator: Any = None
+
+    def _handle(self) -> Any:
+        if self._coordinator is None:
+            from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
+                get_or_create_autoscaling_coordinator,
+            )
+
+            self._coordinator = get_or_create_autoscaling_coordinator()
+        return self._coordinator
+
+    def renew(self, force: bool = False) -> None:
+        """(Re-)register the resources, at most every ``RESOURCE_REQUEST_INTERVAL_S`` unless
+        ``force``; fire and forget."""
+        now = time.monotonic()
+        if not force and now - self._sent_at < RESOURCE_REQUEST_INTERVAL_S:
+            return
+        self._sent_at = now
+        try:
+            from ray.data._internal.cluster_autoscaler.base_autoscaling_coordinator import (
+                ResourceRequestPriority,
+            )
+
+            self._handle().request_resources.remote(
+                requester_id=self.requester_id,
+                resources=self.resources,
+                expire_after_s=RESOURCE_REQUEST_EXPIRE_S,
+                priority=ResourceRequestPriority.HIGH,
+            )
+        except Exception as exc:  # noqa: BLE001 - Ray Data then budgets the whole cluster
+            logger.debug("registering the training resources with Ray Data failed: %s", exc)
+
+    def cancel(self) -> None:
+        """Withdraw the registration (the worker group is gone); best effort."""
+        if self._coordinator is None:
+            return
+        try:
+            self._coordinator.cancel_request.remote(requester_id=self.requester_id)
+        except Exception as exc:  # noqa: BLE001 - it lapses after RESOURCE_REQUEST_EXPIRE_S
+            logger.debug("withdrawing the training resources from Ray Data failed: %s", exc)
 
 
 def capture_data_context() -> Any:

@@ -152,3 +152,22 @@ def test_the_guides_snippet_trains_two_workers_on_their_shards(
     assert [[dict(m) for m in r["ranks"]] for r in seen] == [
         [{"epoch": e, "rows": 128, "val_rows": 64}] * 2 for e in range(2)
     ]
+
+
+def test_the_workers_resources_are_registered_with_ray_data(ray_cluster: Any) -> None:
+    """As Ray Train 2.60 does, so that Ray Data budgets what the workers do not hold."""
+    from trainer_runtime.data_config import TrainingResourceRequest
+
+    request = TrainingResourceRequest("train-test-registration", [{"CPU": 1.0}] * 2)
+    request.renew(force=True)
+    coordinator = request._handle()
+
+    def reserved() -> Any:
+        return ray_cluster.get(
+            coordinator.get_reserved_resources.remote(request.requester_id, recompute=True)
+        )
+
+    assert sum(r.get("CPU", 0) for r in reserved().values()) == 2
+    request.renew()  # within the interval: nothing sent, the registration stands
+    request.cancel()
+    assert reserved() == {}
