@@ -138,7 +138,9 @@ class BaseController:
         self.run_path = run.run_path
         self.storage = get_storage(self.run_path, run.storage_filesystem)
         #: What Ray Train's ``UserCallback`` hooks get as ``run_context``.
-        self.run_context = TrainRunContext(run, spec.train_config, spec.scaling)
+        self.run_context = TrainRunContext(
+            run, spec.train_config, spec.scaling, dataset_config=spec.data_config
+        )
         self.failure_policy = FailurePolicy(
             run.failure_config, preemption_in_place=self._retries_preemption_in_place()
         )

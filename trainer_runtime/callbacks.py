@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from trainer_runtime.checkpoint import Checkpoint
     from trainer_runtime.checkpoint_manager import CheckpointRecord
     from trainer_runtime.config import RunConfig, ScalingConfig
+    from trainer_runtime.data_config import DataConfig
     from trainer_runtime.result import Result
 
 
@@ -33,6 +34,8 @@ class TrainRunContext:
     scaling_config: ScalingConfig
     #: A unique id of this ``fit()`` call.
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    #: The trainer's ``dataset_config`` (how its ``datasets`` are split among the workers).
+    dataset_config: DataConfig | None = None
 
     def get_run_config(self) -> RunConfig:
         """The run's ``RunConfig``."""

@@ -144,7 +144,9 @@ def test_the_guides_snippet_trains_two_workers_on_their_shards(
 
     class Record(tr.UserCallback):
         def after_report(self, run_context: Any, metrics: Any, checkpoint: Any) -> None:
-            seen.append({"ranks": metrics})
+            # Ray Train's TrainRunContext carries the trainer's dataset_config too
+            split = run_context.dataset_config._datasets_to_split
+            seen.append({"ranks": metrics, "split": split})
 
     monkeypatch.setattr(module, "RunConfig", lambda **kw: RunConfig(callbacks=[Record()], **kw))
     module.main(storage_path=str(tmp_path))
@@ -152,6 +154,7 @@ def test_the_guides_snippet_trains_two_workers_on_their_shards(
     assert [[dict(m) for m in r["ranks"]] for r in seen] == [
         [{"epoch": e, "rows": 128, "val_rows": 64}] * 2 for e in range(2)
     ]
+    assert [r["split"] for r in seen] == [["train"]] * 2
 
 
 def test_the_workers_resources_are_registered_with_ray_data(ray_cluster: Any) -> None:
