@@ -181,3 +181,59 @@ def test_ctrl_c_stops_following_not_the_job(monkeypatch: pytest.MonkeyPatch) -> 
         "j -f; stop it: trainjob delete -n ns j (or trainjob suspend -n ns j to keep its pods' "
         "capacity free and resume later).\n"
     )
+
+
+def test_checkpoints_lists_the_run_folder_in_storage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``trainjob checkpoints`` and ``TrainJobClient.result`` read what a run committed (a
+    local-mode run here; on a cluster the driver writes the same folder)."""
+    import tempfile
+
+    from trainer_runtime import (
+        Checkpoint,
+        CheckpointConfig,
+        DataParallelTrainer,
+        RunConfig,
+        ScalingConfig,
+        report,
+    )
+    from trainjob_operator import cluster_cli
+
+    def train(config: dict[str, object]) -> None:
+        for step in range(2):
+            folder = tempfile.mkdtemp()
+            Path(folder, "w.txt").write_text("x")
+            report({"val_loss": 1.0 / (step + 1)}, checkpoint=Checkpoint.from_directory(folder))
+
+    storage = tmp_path / "runs"
+    DataParallelTrainer(
+        train,
+        scaling_config=ScalingConfig(num_workers=0),
+        run_config=RunConfig(
+            name="j",
+            storage_path=str(storage),
+            checkpoint_config=CheckpointConfig(
+                checkpoint_score_attribute="val_loss", checkpoint_score_order="min"
+            ),
+        ),
+    ).fit()
+    body = _job()
+    body["spec"] = {
+        "entrypoint": "m:f",
+        "checkpoint": {"scoreAttribute": "val_loss", "scoreOrder": "min"},
+        "storage": {"path": str(storage)},
+    }
+    client = _client()
+    monkeypatch.setattr(client, "get", lambda name: parse_trainjob(body))
+    monkeypatch.setattr(cluster_cli, "_client", lambda args: client)
+    result = client.result("j")
+    assert [c.name for c in result.checkpoints] == ["checkpoint_000000", "checkpoint_000001"]
+    args = cli.build_parser().parse_args(["checkpoints", "j"])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"Run folder: {storage}/j"
+    assert out[1].split() == ["CHECKPOINT", "STEP", "VALIDATION", "METRICS", "PATH"]
+    assert out[2].split()[:4] == ["checkpoint_000000", "0", "committed", "val_loss=1"]
+    assert out[-2] == f"Best: {storage}/j/checkpoint_000001"
+    assert out[-1].startswith(f"Latest: {storage}/j/checkpoint_000001 ")
