@@ -280,3 +280,14 @@ def test_submit_follow_exits_1_when_the_job_fails(
     assert out[0] == f"trainjob.trainjob.dev/ff created in namespace {cluster.ns}"
     assert out[-1].endswith("] Failed: the driver exited 1")
     cluster.client.delete("ff")
+
+
+def test_the_api_server_keeps_every_runtime_env_field(cluster: Cluster) -> None:
+    """The CRD's schema has spec.runtimeEnv (a field it lacked would be pruned silently): the
+    guide's example round-trips."""
+    body = yaml.safe_load((REPO / "docs" / "snippets" / "runtime-env.yaml").read_text())
+    created = cluster.client.submit(body)
+    stored = cluster.admin.get(KIND, cluster.ns, created.name)
+    assert stored is not None
+    assert stored["spec"]["runtimeEnv"] == body["spec"]["runtimeEnv"]
+    cluster.client.delete(created.name)
