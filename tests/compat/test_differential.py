@@ -39,8 +39,9 @@ APIS = ["ray.train", "trainer_runtime"]
 pytestmark = pytest.mark.ray
 
 
-def _modules(name: str, trainer: str = "torch") -> tuple[ModuleType, Any]:
-    """The API module and its TorchTrainer (or JaxTrainer)."""
+def _modules(name: str, trainer: str = "dp") -> tuple[ModuleType, Any]:
+    """The API module and its trainer: ``dp`` the DataParallelTrainer (the workloads use no
+    torch: importing it costs every worker seconds of CPU), ``torch`` or ``jax``."""
     if name == "ray.train":
         import ray.train  # needs pandas, pyarrow, tensorboardX: the test extra installs them
 
@@ -48,6 +49,10 @@ def _modules(name: str, trainer: str = "torch") -> tuple[ModuleType, Any]:
             from ray.train.v2.jax import JaxTrainer
 
             return ray.train, JaxTrainer
+        if trainer == "dp":
+            from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+
+            return ray.train, DataParallelTrainer
         from ray.train.torch import TorchTrainer
 
         return ray.train, TorchTrainer
@@ -57,9 +62,28 @@ def _modules(name: str, trainer: str = "torch") -> tuple[ModuleType, Any]:
         from trainer_runtime.jax import JaxTrainer as OurJaxTrainer
 
         return trainer_runtime, OurJaxTrainer
+    if trainer == "dp":
+        return trainer_runtime, trainer_runtime.DataParallelTrainer
     from trainer_runtime.torch import TorchTrainer as OurTorchTrainer
 
     return trainer_runtime, OurTorchTrainer
+
+
+PREEMPTION_CASES = {
+    "test_a_preempted_node_restarts_the_worker_group_elsewhere_from_the_final_checkpoint"
+}
+"""The cases about preemption, which need Ray Train's preemption watcher."""
+
+
+@pytest.fixture(autouse=True)
+def _no_ray_train_preemption_watcher(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ray Train's preemption watcher off (``RAY_TRAIN_ENABLE_PREEMPTION_WATCHER=0``, which
+    its driver passes to the controller) in the cases that are not about preemption: an actor
+    more per fit() that polls the GCS cost about a quarter of each ray.train fit's CPU here."""
+    if request.node.originalname not in PREEMPTION_CASES:
+        monkeypatch.setenv("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
 
 
 def _fit(
@@ -69,7 +93,7 @@ def _fit(
     config: dict[str, Any],
     *,
     workers: int = 2,
-    trainer: str = "torch",
+    trainer: str = "dp",
     **run: Any,
 ) -> Any:
     train, trainer_cls = _modules(name, trainer)
@@ -151,7 +175,7 @@ def test_get_checkpoint_returns_the_latest_reported_checkpoint(
     logs = {}
     for name in APIS:
         log = tmp_path / f"{name}.log"
-        _fit(name, tmp_path, steps_train, {"steps": 3, "log": str(log)})
+        _fit(name, tmp_path, steps_train, {"steps": 3, "log": str(log)}, trainer="torch")
         logs[name] = [json.loads(line) for line in log.read_text().splitlines()]
     assert logs["trainer_runtime"] == logs["ray.train"] == [[None, 0, 1, 2]]
 
@@ -547,7 +571,7 @@ def test_ray_data_ingestion_splits_and_reexecutes_the_same(
     ctx.set_config("compat_marker", "driver")
     try:
         for name in APIS:
-            train, trainer_cls = _modules(name)
+            train, trainer_cls = _modules(name, "torch")
             log = tmp_path / f"{name}.log"
             datasets = {
                 "train": ray.data.range(40, override_num_blocks=4).map(data_draw),
