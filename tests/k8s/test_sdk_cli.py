@@ -15,6 +15,7 @@ import io
 import threading
 import time
 import uuid
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -99,8 +100,10 @@ def _code(root: Path) -> Path:
 def test_submit_with_a_working_dir_then_list_status_suspend_resume_delete(
     cluster: Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    manifest = cluster.manifest(tmp_path, "wd")
+    manifest = cluster.manifest(tmp_path, "wd", runtimeEnv={"excludes": ["notes/"]})
     code = _code(tmp_path)
+    (code / "notes").mkdir()
+    (code / "notes" / "draft.md").write_text("left out")
     assert cli.main(cluster.cli("submit", str(manifest), "--working-dir", str(code))) == 0
     out = capsys.readouterr().out
     job = cluster.client.get("wd")
@@ -110,7 +113,12 @@ def test_submit_with_a_working_dir_then_list_status_suspend_resume_delete(
         uri is not None and uri.startswith(f"{cluster.storage}/wd/_code/") and uri.endswith(".zip")
     )
     assert f"Uploaded {code} to {uri}" in out
-    assert Path(uri).is_file()
+    assert zipfile.ZipFile(uri).namelist() == [
+        "working_dir/.gitignore",
+        "working_dir/examples/__init__.py",
+        "working_dir/examples/quickstart/__init__.py",
+        "working_dir/examples/quickstart/train.py",
+    ]
 
     assert [j.name for j in cluster.client.list()] == ["wd"]
     assert cli.main(cluster.cli("list")) == 0

@@ -37,7 +37,7 @@ from trainer_runtime.result import Result
 from trainer_runtime.storage import StorageError, get_storage
 from trainjob_operator.admission import pod_template_problems
 from trainjob_operator.api.errors import ManifestError
-from trainjob_operator.api.manifest import load_documents, parse_trainjob
+from trainjob_operator.api.manifest import parse_trainjob
 from trainjob_operator.api.spec import TrainJobSpec
 from trainjob_operator.api.status import Phase
 from trainjob_operator.api.trainjob import TrainJob
@@ -69,6 +69,7 @@ TERMINAL_PHASES: tuple[Phase, ...] = (Phase.SUCCEEDED, Phase.FAILED)
 ROLES = ("driver", "head", "worker", "validation")
 """The pod roles :meth:`TrainJobClient.logs` reads (the pods' role label)."""
 USER_AGENT = "trainjob-sdk"
+_PENDING_UPLOAD = "/pending-upload"
 
 Manifest = str | os.PathLike[str] | Mapping[str, Any] | TrainJob | TrainJobSpec
 
@@ -275,6 +276,11 @@ class TrainJobClient:
             ClusterUnreachable: the API server does not answer.
         """
         body = self._manifest_body(manifest, name)
+        runtime_env = (body.get("spec") or {}).get("runtimeEnv")
+        if working_dir is not None and isinstance(runtime_env, dict):
+            # Replaced by the upload's URI below; until then, excludes meant for the working
+            # dir are not "excludes without a folder to apply to".
+            runtime_env.setdefault("workingDir", _PENDING_UPLOAD)
         job = self._check(body)
         name = job.metadata.name
         package: Package | None = None
@@ -335,19 +341,18 @@ class TrainJobClient:
         else:
             path = Path(manifest)
             try:
-                docs = load_documents(path)
+                docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
             except (OSError, UnicodeDecodeError) as exc:
                 raise InvalidTrainJob(
                     [f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}"]
                 ) from None
+            except yaml.YAMLError as exc:
+                raise InvalidTrainJob([f"{path}: not valid YAML: {exc}"]) from None
             if len(docs) != 1:
                 raise InvalidTrainJob(
                     [f"{path}: expected one TrainJob document, found {len(docs)}"]
                 )
-            [doc] = docs
-            if not doc.ok or doc.trainjob is None:
-                raise InvalidTrainJob([f"{path}: {e.format()}" for e in doc.errors])
-            body = yaml.safe_load(path.read_text())
+            body = docs[0]
         if not isinstance(body, dict):
             raise InvalidTrainJob(["a TrainJob must be a mapping"])
         metadata = body.setdefault("metadata", {})
