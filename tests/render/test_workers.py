@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import stat
 import subprocess
 import sys
@@ -379,14 +380,38 @@ fi
     [pod] = render_worker_pods(tpu_job("2x4"), uid=UID)
     command = container(pod)["command"]
     assert command[:3] == ["python", "-m", "trainjob_operator.launcher.ray_node"]
+    head = "tpu-head.tpu-headless:6379"
+    assert f"--wait-for-head={head}" in command
     path = os.pathsep.join([str(tmp_path), str(Path(sys.executable).parent), os.environ["PATH"]])
     env_vars = {**os.environ, "PATH": path, "PYTHONPATH": str(REPO)}
-    subprocess.run(command, env=env_vars, check=True, timeout=60, capture_output=True)
+    # The head's GCS port, here a local listener (the Service name does not resolve here):
+    # the launcher connects to it before it runs `ray health-check`.
+    with socket.socket() as gcs:
+        gcs.bind(("127.0.0.1", 0))
+        gcs.listen()
+        local = f"127.0.0.1:{gcs.getsockname()[1]}"
+        command = [arg.replace(head, local) for arg in command]
+        subprocess.run(command, env=env_vars, check=True, timeout=60, capture_output=True)
     lines = [json.loads(line) for line in calls.read_text().splitlines()]
-    health = ["health-check", "--address=tpu-head.tpu-headless:6379"]
+    health = ["health-check", f"--address={local}"]
     assert lines[:2] == [health, health]  # the first check failed: it waited and retried
-    assert lines[2] == ["start", *_ray_start_args(pod)]
+    assert lines[2] == ["start", *[a.replace(head, local) for a in _ray_start_args(pod)]]
     assert '--resources={"TPU":8}' in lines[2]
+
+
+def test_the_launcher_waits_for_the_heads_port_before_asking_ray() -> None:
+    """Where nothing listens (the head's pod not up, its Service name not resolving yet) the
+    launcher does not run ``ray health-check``, which takes about 40 s to fail there."""
+    from trainjob_operator.launcher.ray_node import head_reachable
+
+    with socket.socket() as gcs:
+        gcs.bind(("127.0.0.1", 0))
+        gcs.listen()
+        port = gcs.getsockname()[1]
+        assert head_reachable(f"127.0.0.1:{port}")
+    assert not head_reachable(f"127.0.0.1:{port}", timeout_s=1)  # closed now
+    assert not head_reachable("no-such-head.invalid:6379", timeout_s=1)
+    assert not head_reachable("no-port", timeout_s=1)
 
 
 # --------------------------------------------------------------------------- prestarted workers

@@ -267,6 +267,7 @@ def head_reachable(address: str, timeout_s: float = HEAD_POLL_S) -> bool:
     resolves and something listens). Cheap: ``ray health-check`` against an address where
     nothing answers takes about 40 seconds to fail."""
     host, _, port = address.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")  # an IPv6 literal, "[::1]:6379"
     try:
         with socket.create_connection((host, int(port)), timeout=timeout_s):
             return True
