@@ -263,6 +263,11 @@ class RunCoordinator:
         """Rank 0's latest reported metrics."""
         return self.rounds.latest_metrics
 
+    @property
+    def latest_metrics_round(self) -> int | None:
+        """The report round of :attr:`latest_metrics`."""
+        return self.rounds.latest_metrics_round
+
     def summary(self) -> dict[str, Any]:
         """A small dict for progress displays."""
         with self.lock:

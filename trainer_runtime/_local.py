@@ -244,6 +244,18 @@ class _StoreReplyReceiver(_BackgroundLoop):
 class LocalController(BaseController):
     """Runs the train function in this process, as one rank."""
 
+    def result(self, error: BaseException | None = None) -> Any:
+        """As :meth:`BaseController.result`, with ``metrics`` as Ray Train 2.60's local mode
+        has them: the last ``report()``'s metrics, with or without a checkpoint (with the
+        validation metrics of its checkpoint merged over them, when it had one)."""
+        result = super().result(error)
+        last = self.coordinator.latest_metrics
+        if last is not None:
+            latest = self.manager.latest
+            same = latest is not None and latest.round == self.coordinator.latest_metrics_round
+            result.metrics = latest.all_metrics if same and latest is not None else dict(last)
+        return result
+
     def _owns_run_folder(self) -> bool:
         """Under torchrun only rank 0 (which hosts the controller) is the run's driver."""
         return local_ranks().world_rank == 0

@@ -85,6 +85,7 @@ class RoundTracker:
         self._run_context = run_context
         self._on_round_done = on_round_done
         self.latest_metrics: dict[str, Any] | None = None
+        self.latest_metrics_round: int | None = None
         self.reports_seen = 0
         self.bytes_uploaded = 0
         self._rounds: dict[int, _Round] = {}
@@ -167,6 +168,7 @@ class RoundTracker:
         self.report_counts[event.rank] = self.report_counts.get(event.rank, 0) + 1
         if event.rank == 0:
             self.latest_metrics = event.metrics
+            self.latest_metrics_round = event.round
             self.reports_seen += 1
             call_all(self._callbacks, "on_report", event.round, event.metrics)
         self.commit_ready()

@@ -333,9 +333,11 @@ class TrainSession:
         def upload() -> str:
             stored = upload_fn(checkpoint, name)
             if not isinstance(stored, Checkpoint):
+                # Ray Train's sentence first (users match its text), then ours.
                 raise ReportError(
-                    "checkpoint_upload_fn must return a `trainer_runtime.Checkpoint`. Actual "
-                    f"type is {type(stored)}"
+                    "checkpoint_upload_fn must return a `ray.train.Checkpoint`. Actual type "
+                    f"is {type(stored)}. Here: return a `trainer_runtime.Checkpoint` of the "
+                    "folder it stored the files in."
                 )
             if not _same_folder(stored, dest):
                 raise ReportError(
@@ -378,7 +380,11 @@ class TrainSession:
                 "`validation_config` was not set on the trainer, but a validation was requested."
             )
         if checkpoint is None:
-            raise ReportError("Validation requires a checkpoint to be provided.")
+            raise ReportError(
+                "Validation requires a checkpoint to be provided. Pass the checkpoint to "
+                "validate in the same report() call: report(metrics, checkpoint=..., "
+                "validation=...)."
+            )
         task = ValidationTaskConfig() if validation is True else validation
         try:
             json.dumps(task.fn_kwargs)

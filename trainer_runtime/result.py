@@ -76,7 +76,8 @@ class Result:
         ``path``: a local folder or URI, or with ``storage_filesystem`` (a
         ``pyarrow.fs.FileSystem``) a path on it, as in Ray Train. Only checkpoints that verify
         against their commit markers are listed (see :meth:`CheckpointManager.restore`);
-        nothing in the folder is changed. Raises RuntimeError when ``path`` holds no run.
+        nothing in the folder is changed. Raises RuntimeError when ``path`` holds no run
+        (``"Experiment folder ... doesn't exist."``, as Ray Train, for a missing folder).
         """
         uri = validate_storage_uri(os.fspath(path), "path", filesystem=storage_filesystem)
         storage = get_storage(uri, storage_filesystem)
@@ -86,6 +87,13 @@ class Result:
             and manager.manifest_data is None
             and not storage.exists(driver_file_uri(uri))
         ):
+            local = storage.local_path(uri)
+            if (not local.is_dir()) if local is not None else not storage.list_files(uri):
+                # Ray Train's sentence first (users match its text), then ours.
+                raise RuntimeError(
+                    f"Experiment folder {uri} doesn't exist. No run found there: pass the run "
+                    "folder, RunConfig.storage_path/RunConfig.name"
+                )
             raise RuntimeError(
                 f"no run found at {uri}: it holds neither a checkpoint manifest nor committed "
                 "checkpoints (pass the run folder: RunConfig.storage_path/RunConfig.name)"

@@ -113,10 +113,14 @@ def validate_tpu_scaling(
     shape = slice_shape(accelerator_type, topology)
     expected = shape.hosts * num_slices
     if num_workers != 0 and num_workers % shape.hosts != 0:
+        # Ray Train 2.60's sentence first (users match its text), then ours.
         raise ValueError(
-            f"ScalingConfig.num_workers={num_workers} is not a multiple of the {shape.hosts} "
-            f"host(s) of a {shape.generation} {shape.topology} slice (one worker per TPU host); "
-            f"use num_workers={expected} for num_slices={num_slices}"
+            f"The configured `num_workers` ({num_workers}) must be a multiple of "
+            f"{shape.hosts} for the specified topology ({shape.topology}). TPU workloads "
+            "typically require symmetric resource distribution across all slices to function "
+            f"correctly. ScalingConfig.num_workers={num_workers} is not a multiple of the "
+            f"{shape.hosts} host(s) of a {shape.generation} {shape.topology} slice (one worker "
+            f"per TPU host); use num_workers={expected} for num_slices={num_slices}"
         )
     if num_workers != 0 and num_workers != expected:
         raise ValueError(

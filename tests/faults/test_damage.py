@@ -113,7 +113,11 @@ def test_a_folder_in_the_manifests_place_does_not_brick_the_run(tmp_path: Path) 
 
 
 def test_result_from_path_takes_a_path_and_says_when_there_is_no_run(tmp_path: Path) -> None:
-    with pytest.raises(RuntimeError, match="no run found"):
+    # A missing folder: Ray Train's sentence first, then ours.
+    with pytest.raises(RuntimeError, match=r"^Experiment folder .*nothing-here doesn't exist\."):
         Result.from_path(tmp_path / "nothing-here")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RuntimeError, match="no run found"):
+        Result.from_path(tmp_path / "empty")
     _fit(tmp_path, 1, tmp_path / "log")
     assert Result.from_path(tmp_path / "run").checkpoint is not None

@@ -211,10 +211,11 @@ def test_driver_script_joins_as_zero_resource_node_then_execs_driver(tmp_path: P
     ]
 
 
-def test_driver_script_stops_when_ray_start_fails(tmp_path: Path) -> None:
+def test_driver_script_stops_when_ray_start_keeps_failing(tmp_path: Path) -> None:
     calls = tmp_path / "calls"
     _stub(tmp_path, "ray", f'echo "$1" >> {calls}\n[ "$1" = health-check ] || exit 1\n')
     _stub(tmp_path, "python", f"echo python >> {calls}\n")
+    _stub(tmp_path, "sleep", "")  # the pause between tries
     pod = render_driver_pod(make_job(), uid=UID)
     env_vars = {
         **os.environ,
@@ -223,4 +224,28 @@ def test_driver_script_stops_when_ray_start_fails(tmp_path: Path) -> None:
     }
     done = subprocess.run(container(pod)["command"], env=env_vars, timeout=30, capture_output=True)
     assert done.returncode != 0
-    assert calls.read_text().split() == ["health-check", "start"]
+    # Three tries, each failed one cleaned up with `ray stop`; the driver never ran.
+    assert calls.read_text().split() == ["health-check"] + ["start", "stop"] * 2 + ["start"]
+    assert b"ray start failed (try 2 of 3)" in done.stdout
+
+
+def test_driver_script_joins_at_the_second_try_after_a_transient_failure(tmp_path: Path) -> None:
+    calls = tmp_path / "calls"
+    failed_once = tmp_path / "failed-once"
+    _stub(
+        tmp_path,
+        "ray",
+        f'echo "$1" >> {calls}\n'
+        f'if [ "$1" = start ] && [ ! -e {failed_once} ]; then touch {failed_once}; exit 1; fi\n',
+    )
+    _stub(tmp_path, "python", f"echo python >> {calls}\n")
+    _stub(tmp_path, "sleep", "")
+    pod = render_driver_pod(make_job(), uid=UID)
+    env_vars = {
+        **os.environ,
+        "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}",
+        "RAY_ADDRESS": "x:6379",
+    }
+    done = subprocess.run(container(pod)["command"], env=env_vars, timeout=30, capture_output=True)
+    assert done.returncode == 0, done
+    assert calls.read_text().split() == ["health-check", "start", "stop", "start", "python"]

@@ -113,3 +113,44 @@ def test_metrics_validation() -> None:
         validate_metrics([1, 2])
     with pytest.raises(ReportError, match="metric names must be strings"):
         validate_metrics({1: 2})
+
+
+def test_torch_config_init_method_as_in_ray() -> None:
+    # Ray Train 2.60's fields, in its order (positional arguments mean the same).
+    import dataclasses
+
+    from trainer_runtime.torch import TorchConfig
+
+    assert [f.name for f in dataclasses.fields(TorchConfig)] == [
+        "backend",
+        "init_method",
+        "timeout_s",
+    ]
+    assert TorchConfig().init_method == "env"
+    assert TorchConfig("gloo", "tcp", 60).init_method == "tcp"
+    # Ray Train's ValueError, word for word.
+    with pytest.raises(ValueError) as excinfo:
+        TorchConfig(init_method="file")
+    assert str(excinfo.value) == (
+        "The provided init_method (file) is not supported. Must be either 'env' or 'tcp'."
+    )
+
+
+def test_scaling_config_total_resources_and_default_num_workers_as_in_ray() -> None:
+    # The values Ray Train 2.60's ScalingConfig gives for the same arguments.
+    assert ScalingConfig().num_workers == 1
+    assert ScalingConfig().total_resources == {"CPU": 1.0}
+    assert ScalingConfig(num_workers=4).total_resources == {"CPU": 4.0}
+    assert ScalingConfig(
+        num_workers=2, use_gpu=True, resources_per_worker={"CPU": 2, "GPU": 1, "memory": 0}
+    ).total_resources == {"CPU": 4.0, "GPU": 2.0}
+    assert ScalingConfig(num_workers=0).total_resources == {"CPU": 0.0}
+    assert ScalingConfig(use_tpu=True).total_resources == {"TPU": 1.0}
+    # Where the workers' requests differ from Ray Train's (documented): 1 CPU beside the GPU.
+    assert ScalingConfig(num_workers=2, use_gpu=True).total_resources == {
+        "CPU": 2.0,
+        "GPU": 2.0,
+    }
+    assert ScalingConfig(
+        num_workers=4, use_tpu=True, topology="4x4", accelerator_type="v6e"
+    ).total_resources == {"TPU": 16.0}

@@ -30,7 +30,7 @@ from trainer_runtime import (
 )
 from trainer_runtime.checkpoint import COMMIT_MARKER
 from trainer_runtime.storage import get_storage, join_uri
-from trainer_runtime.torch import TorchTrainer
+from trainer_runtime.torch import TorchConfig, TorchTrainer
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
 
@@ -57,21 +57,27 @@ def test_ddp_on_two_gloo_workers(tmp_path: Path) -> None:
     assert last["loss"] < first["loss"]  # it really trained
 
 
-def test_process_group_rendezvous_sets_the_env_variables(tmp_path: Path) -> None:
-    # Rank 0 hosts the store; every rank sees its address in MASTER_ADDR/MASTER_PORT (as
-    # with env://) and the process group's ranks match RANK/WORLD_SIZE.
-    result = TorchTrainer(
-        rendezvous_env_train,
-        scaling_config=TWO,
-        run_config=RunConfig(name="rendezvous", storage_path=str(tmp_path)),
-    ).fit()
-    assert result.metrics is not None
-    views = result.metrics["views"]  # (metrics are JSON: tuples come back as lists)
-    assert [v["rank"] for v in views] == [[0, 0], [1, 1]]
-    assert [v["world"] for v in views] == [[2, 2], [2, 2]]
-    assert [v["backend"] for v in views] == ["gloo", "gloo"]
-    assert views[0]["master"] == views[1]["master"]
-    assert int(views[0]["master"][1]) > 0
+def test_process_group_rendezvous_with_env_and_tcp_init_methods(tmp_path: Path) -> None:
+    # init_method="env" (the default): rank 0 hosts the store; every rank sees its address
+    # in MASTER_ADDR/MASTER_PORT (as with env://) and the process group's ranks match
+    # RANK/WORLD_SIZE. init_method="tcp", as Ray Train: tcp://addr:port, no MASTER_* set.
+    for init_method in ("env", "tcp"):
+        result = TorchTrainer(
+            rendezvous_env_train,
+            scaling_config=TWO,
+            torch_config=TorchConfig(backend="gloo", init_method=init_method),
+            run_config=RunConfig(name=f"rendezvous-{init_method}", storage_path=str(tmp_path)),
+        ).fit()
+        assert result.metrics is not None
+        views = result.metrics["views"]
+        assert [list(v["rank"]) for v in views] == [[0, 0], [1, 1]]
+        assert [list(v["world"]) for v in views] == [[2, 2], [2, 2]]
+        assert [v["backend"] for v in views] == ["gloo", "gloo"]
+        if init_method == "env":
+            assert views[0]["master"] == views[1]["master"]
+            assert int(views[0]["master"][1]) > 0
+        else:
+            assert [list(v["master"]) for v in views] == [[None, None], [None, None]]
 
 
 def test_two_workers_shard_one_checkpoint_async_to_gcs(gcs_bucket: str, tmp_path: Path) -> None:

@@ -162,8 +162,12 @@ def test_tpu_scaling_config_derives_hosts_and_resources() -> None:
     [
         (
             {"num_workers": 3, **V6E_4X4},
-            r"num_workers=3 is not a multiple of the 4 host\(s\) of a v6e 4x4 slice.*"
-            r"use num_workers=4 for num_slices=1",
+            # Ray Train 2.60's sentence first, then ours.
+            r"^The configured `num_workers` \(3\) must be a multiple of 4 for the specified "
+            r"topology \(4x4\)\. TPU workloads typically require symmetric resource "
+            r"distribution across all slices to function correctly\. "
+            r"ScalingConfig.num_workers=3 is not a multiple of the 4 host\(s\) of a v6e 4x4 "
+            r"slice.*use num_workers=4 for num_slices=1",
         ),
         (
             {"num_workers": 8, "num_slices": 1, **V6E_4X4},

@@ -103,7 +103,7 @@ def rendezvous_env_train() -> None:
     import torch.distributed as dist
 
     mine = {
-        "master": (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]),
+        "master": (os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")),
         "rank": (dist.get_rank(), int(os.environ["RANK"])),
         "world": (dist.get_world_size(), int(os.environ["WORLD_SIZE"])),
         "backend": dist.get_backend(),

@@ -1,8 +1,13 @@
 """Process-group set-up for torch workers (a TCPStore rendezvous hosted by rank 0).
 
-As Ray Train's ``env://`` rendezvous, with one difference in order: rank 0's store server
-listens before any other rank connects. A client that finds no server yet retries with a
-backoff (time lost at start-up whenever rank 0 was the slower to import torch).
+``init_method="env"`` (the default), as Ray Train's ``env://`` rendezvous (``MASTER_ADDR``
+and ``MASTER_PORT`` set on every worker), with one difference in order: rank 0's store
+server listens before any other rank connects. A client that finds no server yet retries
+with a backoff (time lost at start-up whenever rank 0 was the slower to import torch).
+
+``init_method="tcp"``, as Ray Train: every worker calls ``init_process_group`` with
+``tcp://<rank 0's address>:<a free port on rank 0's node>``, and ``MASTER_ADDR`` /
+``MASTER_PORT`` are not set.
 """
 
 from __future__ import annotations
@@ -23,12 +28,31 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+_INIT_METHODS = ("env", "tcp")
+
+
 @dataclass
 class TorchConfig:
-    """``backend``: ``gloo`` or ``nccl`` (default: nccl with GPUs, else gloo)."""
+    """Ray Train's ``TorchConfig``, with its fields in its order.
+
+    ``backend``: ``gloo`` or ``nccl`` (default: nccl with GPUs, else gloo).
+    ``init_method``: how the workers find each other, ``"env"`` (the default: rank 0's
+    address and port in ``MASTER_ADDR`` / ``MASTER_PORT``, ``env://``) or ``"tcp"``
+    (``tcp://address:port``); another value raises Ray Train's ``ValueError`` (here when
+    the config is made; Ray Train raises it when the workers start).
+    ``timeout_s``: seconds for process-group operations to time out.
+    """
 
     backend: str | None = None
+    init_method: str = "env"
     timeout_s: int = 1800
+
+    def __post_init__(self) -> None:
+        if self.init_method not in _INIT_METHODS:
+            raise ValueError(
+                f"The provided init_method ({self.init_method}) is not supported. Must "
+                f"be either 'env' or 'tcp'."
+            )
 
     def resolve_backend(self, use_gpu: bool) -> str:
         """The process-group backend to use."""
@@ -101,6 +125,43 @@ def _init_process_group(
     )
 
 
+def _free_port() -> tuple[str, int]:
+    """Runs on rank 0: this node's address and a port free on it (as Ray Train's
+    ``get_address_and_port``), for ``init_method="tcp"``."""
+    import socket
+
+    import ray
+
+    addr = ray.util.get_node_ip_address()
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        port = int(sock.getsockname()[1])
+    return addr, port
+
+
+def _init_process_group_tcp(
+    url: str, backend: str, rank: int, world_size: int, timeout_s: int
+) -> None:
+    """Join the default process group with ``init_method=url`` (``tcp://...``)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group(
+        backend=backend,
+        init_method=url,
+        rank=rank,
+        world_size=world_size,
+        timeout=timedelta(seconds=timeout_s),
+    )
+
+
+def _tcp_url(addr: str, port: int) -> str:
+    host = f"[{addr}]" if ":" in addr and not addr.startswith("[") else addr
+    return f"tcp://{host}:{port}"
+
+
 def _destroy_process_group() -> None:
     import torch.distributed as dist
 
@@ -126,6 +187,29 @@ class TorchBackend(Backend):
         import ray
 
         backend = self.config.resolve_backend(scaling.use_gpu)
+        if self.config.init_method == "tcp":
+            addr, port = ray.get(group.workers[0].actor.execute.remote(_free_port))
+            url = _tcp_url(addr, port)
+            ray.get(
+                [
+                    w.actor.execute.remote(
+                        _init_process_group_tcp,
+                        url,
+                        backend,
+                        w.rank,
+                        group.world_size,
+                        self.config.timeout_s,
+                    )
+                    for w in group.workers
+                ]
+            )
+            logger.info(
+                "torch.distributed %s process group ready (%d workers, init_method %s)",
+                backend,
+                group.world_size,
+                url,
+            )
+            return
         addr, port = ray.get(
             group.workers[0].actor.execute.remote(
                 _start_store, group.world_size, self.config.timeout_s

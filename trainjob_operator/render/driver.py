@@ -157,13 +157,28 @@ def driver_manifest_json(job: TrainJob, *, uid: str, options: RenderOptions | No
     return _manifest_json(build_context(job, uid=uid, options=options))
 
 
+RAY_START_TRIES = 3
+"""How many times the driver pod tries to join the Ray cluster before it fails: a raylet that
+does not register in time ("The current node timed out during startup", a loaded node or GCS)
+is transient; the pod's failure would end the job when ``failure.maxRestarts`` is 0."""
+RAY_START_RETRY_S = 5
+
+
 def driver_command(ctx: RenderContext) -> list[str]:
-    """Wait for the head, join as a zero-resource Ray node, then exec the driver."""
+    """Wait for the head, join as a zero-resource Ray node (up to :data:`RAY_START_TRIES`
+    times, stopping what a failed try left between tries), then exec the driver."""
+    ray_start = 'ray start --address="$RAY_ADDRESS" --num-cpus=0 --num-gpus=0 --disable-usage-stats'
     script = (
         "set -e\n"
         + wait_for_head_script(ctx)
-        + 'ray start --address="$RAY_ADDRESS" --num-cpus=0 --num-gpus=0 '
-        + "--disable-usage-stats\n"
+        + "try=1\n"
+        + f"until {ray_start}; do\n"
+        + f'  [ "$try" -lt {RAY_START_TRIES} ] || exit 1\n'
+        + f'  echo "ray start failed (try $try of {RAY_START_TRIES}): trying again in '
+        + f'{RAY_START_RETRY_S} s"\n'
+        + "  ray stop --force >/dev/null 2>&1 || true\n"
+        + f"  try=$((try + 1)); sleep {RAY_START_RETRY_S}\n"
+        + "done\n"
         + f"exec python -m {DRIVER_MAIN_MODULE}\n"
     )
     return ["/bin/sh", "-c", script]
