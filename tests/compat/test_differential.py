@@ -317,6 +317,17 @@ def test_result_metrics_are_the_latest_checkpoints_not_the_last_reports(
     assert read_step(ours.checkpoint) == (0 if checkpoint else None)
 
 
+def test_local_mode_result_metrics_are_the_last_reports(tmp_path: Path, ray_cluster: Any) -> None:
+    # Ray Train's local mode (num_workers=0): Result.metrics is the last report()'s metrics,
+    # checkpoint or not. (Its Result.checkpoint is the last report's, None here; ours stays
+    # the latest committed one: a documented difference.)
+    results = _both(tmp_path, _checkpoint_then_metrics_only, {"checkpoint": True}, workers=0)
+    ray_result, ours = results["ray.train"], results["trainer_runtime"]
+    assert ours.metrics == ray_result.metrics == {"a": 2}
+    assert ray_result.checkpoint is None
+    assert read_step(ours.checkpoint) == 0
+
+
 def _logged(tmp_path: Path, name: str) -> list[Any]:
     path = tmp_path / f"{name}.log"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
