@@ -216,6 +216,7 @@ class BaseController:
             checkpoints=list(self.manager.records),
             best_checkpoint=best.checkpoint if best else None,
             restarts=self.failures,
+            return_value=self.coordinator.return_value if error is None else None,
             _storage_filesystem=self.spec.run.storage_filesystem,
         )
 

@@ -93,6 +93,8 @@ class RunCoordinator:
             on_round_done=self._answer_queries,
         )
         self.requests = WorkerRequests(manager, self.rounds, self.preemption)
+        #: What rank 0's train function returned in this attempt (``Result.return_value``).
+        self.return_value: Any = None
 
     def _answer_queries(self) -> None:
         # Rounds and validation results can end a get_all_reported_checkpoints() wait.
@@ -104,6 +106,7 @@ class RunCoordinator:
         returns its first round index."""
         with self.lock:
             self.world_size = world_size
+            self.return_value = None
             cursor = self.rounds.begin(world_size)
             self.requests.begin(world_size, reply)
             # A notice belongs to the worker group that got it: the next group runs elsewhere.
@@ -171,6 +174,8 @@ class RunCoordinator:
             elif isinstance(event, RequestEvent):
                 self.requests.on_request(event)
             elif isinstance(event, WorkerFinishedEvent) and event.error is None:
+                if event.rank == 0:
+                    self.return_value = event.return_value
                 self.requests.on_finished(event.rank)
             elif isinstance(event, WorkerFinishedEvent) and event.error is not None:
                 # config_error: a bad report() call or configuration, which every restart

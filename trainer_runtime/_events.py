@@ -75,6 +75,8 @@ class WorkerFinishedEvent:
     #: The error is one retrying cannot fix (a bad ``report()`` call, a
     #: ``UserConfigError``): the run fails at once instead of restarting.
     config_error: bool = False
+    #: What the train function returned (``Result.return_value``); sent by rank 0 only.
+    return_value: Any = None
 
 
 @dataclass

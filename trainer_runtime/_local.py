@@ -427,7 +427,8 @@ class LocalController(BaseController):
             )
             replies = _StoreReplyReceiver(store, prefix, ranks.world_rank, session)
             self._enter(ControllerState.RUNNING)
-            run_train_fn(session, self.spec.train_fn, self.spec.train_config)
+            # Ray's local mode: each process's Result holds its own return value.
+            own_value = run_train_fn(session, self.spec.train_fn, self.spec.train_config)
         finally:
             sender.close()
             if replies is not None:
@@ -435,6 +436,7 @@ class LocalController(BaseController):
         store.wait([f"{prefix}/done"], timedelta(seconds=3600))
         done = json.loads(store.get(f"{prefix}/done"))
         self.manager.restore()
+        self.coordinator.return_value = own_value
         if done["error"] is not None:
             raise TrainingFailedError(
                 f"Training failed on rank 0's controller: {done['error']}", result=self.result()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -61,8 +62,56 @@ def _clean(value: Any, where: str, depth: int = 1) -> Any:
     )
 
 
+TENSOR_METRICS_MESSAGE = (
+    "Passing objects containing Torch tensors as metrics "
+    "is not supported as it will throw an exception on "
+    "deserialization. You can either convert the tensors "
+    "to Python objects (ex: `.numpy()`, `.item()`, etc.) "
+    "or save tensors as part of the checkpoint files instead."
+)
+"""Ray Train 2.60's error for ``report()`` metrics holding torch tensors (its sentence)."""
+
+TENSOR_RETURN_MESSAGE = (
+    "Returning objects containing Torch tensors from the "
+    "training function is not supported as it will throw an "
+    "exception on deserialization. You can either convert "
+    "the tensors to Python objects (ex: `.numpy()`, "
+    "`.item()`, etc.) or save tensors as part of the "
+    "checkpoint files instead."
+)
+"""Ray Train 2.60's error for a train function returning torch tensors (its sentence)."""
+
+
+def contains_tensor(obj: Any, depth: int = 0) -> bool:
+    """Whether ``obj`` holds a ``torch.Tensor`` or ``torch.nn.Module``, looking into dicts
+    (keys and values), lists and tuples: Ray's rule (``ray.air._internal.torch_utils``),
+    checked only once torch is imported."""
+    torch = sys.modules.get("torch")
+    if torch is None or depth > MAX_METRICS_DEPTH:
+        return False
+    if isinstance(obj, torch.Tensor | torch.nn.Module):
+        return True
+    if isinstance(obj, dict):
+        return any(
+            contains_tensor(k, depth + 1) or contains_tensor(v, depth + 1) for k, v in obj.items()
+        )
+    if isinstance(obj, list | tuple):
+        return any(contains_tensor(v, depth + 1) for v in obj)
+    return False
+
+
 def validate_metrics(metrics: Any) -> dict[str, Any]:
-    """Return a plain-Python copy of ``metrics`` or raise :class:`ReportError` naming the key."""
+    """Return a plain-Python copy of ``metrics`` or raise :class:`ReportError` naming the key.
+
+    Metrics holding torch tensors or modules are refused with Ray Train's message (its
+    rule); plain Python values are kept, tuples as lists (metrics are stored as JSON).
+    """
+    if contains_tensor(metrics):
+        where = ""
+        if isinstance(metrics, Mapping):
+            keys = [k for k, v in metrics.items() if contains_tensor(v) or contains_tensor(k)]
+            where = f" (report(): metrics{[str(k) for k in keys]} hold torch tensors)"
+        raise ReportError(TENSOR_METRICS_MESSAGE + where)
     if not isinstance(metrics, Mapping):
         raise ReportError(
             f"report(metrics=...) must be a dict of str -> JSON-serialisable values, "

@@ -582,8 +582,17 @@ class TrainSession:
         """Time ``report()`` spent waiting for a free upload slot."""
         return self._uploader.blocked_seconds if self._uploader else 0.0
 
-    def finish(self, error: BaseException | None, traceback_text: str | None = None) -> None:
-        """Wait for pending uploads, then tell the controller how the train function ended."""
+    def finish(
+        self,
+        error: BaseException | None,
+        traceback_text: str | None = None,
+        return_value: Any = None,
+    ) -> None:
+        """Wait for pending uploads, then tell the controller how the train function ended
+        (``return_value``: what it returned; only rank 0's is sent, as Ray Train keeps
+        rank 0's in ``Result.return_value``)."""
+        if self.context.world_rank != 0:
+            return_value = None
         if self._uploader is not None:
             try:
                 self._uploader.drain()
@@ -600,6 +609,7 @@ class TrainSession:
                 traceback=traceback_text,
                 exception=error if error is not None and _sendable(error) else None,
                 config_error=isinstance(error, ReportError | UserConfigError),
+                return_value=None if error is not None else return_value,
             )
         )
 

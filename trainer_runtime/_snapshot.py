@@ -4,7 +4,9 @@
 exactly those files and checks, before and after, that the folder still holds them
 unchanged: a folder deleted, emptied or rewritten before its upload finished (e.g. the
 same folder reported again for the next checkpoint) fails that report instead of
-committing a checkpoint with missing files or files of another round.
+committing a checkpoint with missing files or files of another round. Files added after
+``report()`` (another rank's shards written into the same local folder) are left out of
+this report's upload and are no error.
 """
 
 from __future__ import annotations
@@ -48,12 +50,16 @@ class FolderSnapshot:
         now = take_snapshot(self.root).files
         if now == self.files:
             return
+        # Files added since report() are not stored and do not tear this checkpoint: ranks
+        # on one machine may write their shards into one folder and each report it (Ray
+        # Train allows it). Only the files this report listed must stay as they were.
         gone = sorted(set(self.files) - set(now))
-        new = sorted(set(now) - set(self.files))
         changed = sorted(r for r in set(now) & set(self.files) if now[r] != self.files[r])
+        if not gone and not changed:
+            return
         parts = [
             f"{label}: {_names(names)}"
-            for label, names in (("removed", gone), ("added", new), ("rewritten", changed))
+            for label, names in (("removed", gone), ("rewritten", changed))
             if names
         ]
         raise CheckpointSourceError(

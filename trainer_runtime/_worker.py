@@ -6,6 +6,7 @@ import importlib
 import inspect
 import logging
 import os
+import pickle
 import socket
 import threading
 import time
@@ -16,6 +17,7 @@ from typing import Any
 
 from trainer_runtime import _session
 from trainer_runtime._events import Event, EventBuffer
+from trainer_runtime._metrics import TENSOR_RETURN_MESSAGE, contains_tensor
 from trainer_runtime._session import TrainSession
 from trainer_runtime.checkpoint import Checkpoint
 from trainer_runtime.context import TrainContext
@@ -48,17 +50,39 @@ def call_train_fn(fn: Callable[..., Any], config: dict[str, Any] | None) -> Any:
 
 
 def run_train_fn(
-    session: TrainSession, fn: Callable[..., Any], config: dict[str, Any] | None
-) -> None:
-    """Run the train function under ``session`` and report how it ended."""
+    session: TrainSession,
+    fn: Callable[..., Any],
+    config: dict[str, Any] | None,
+    *,
+    sent: bool = False,
+) -> Any:
+    """Run the train function under ``session`` and report how it ended; returns what it
+    returned (None when it failed).
+
+    A return value holding torch tensors fails the worker with Ray Train's message; rank 0's
+    value becomes ``Result.return_value``. ``sent``: the value travels to another process
+    (a Ray worker), so rank 0's must pickle.
+    """
     _session.set_session(session)
     try:
         session.prestart_uploader()
-        call_train_fn(fn, config)
+        value = call_train_fn(fn, config)
+        if contains_tensor(value):
+            raise ValueError(TENSOR_RETURN_MESSAGE)
+        if sent and value is not None and session.context.world_rank == 0:
+            try:
+                pickle.dumps(value)
+            except Exception as exc:
+                raise ValueError(
+                    f"the train function's return value ({type(value).__name__}) cannot be "
+                    f"pickled ({exc}); it must be serializable to reach Result.return_value"
+                ) from exc
     except BaseException as exc:  # noqa: BLE001 - every failure goes to the controller
         session.finish(exc, traceback.format_exc())
+        return None
     else:
-        session.finish(None)
+        session.finish(None, return_value=value)
+        return value
     finally:
         _session.set_session(None)
 
@@ -220,7 +244,11 @@ class TrainWorker:
         )
         self._session = session
         self._thread = threading.Thread(
-            target=run_train_fn, args=(session, fn, config), name="train-fn", daemon=True
+            target=run_train_fn,
+            args=(session, fn, config),
+            kwargs={"sent": True},
+            name="train-fn",
+            daemon=True,
         )
         self._thread.start()
 

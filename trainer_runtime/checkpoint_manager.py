@@ -755,7 +755,8 @@ def verified_files(
 ) -> dict[str, StoredFile]:
     """The checkpoint's files, checked in storage against what every rank stored.
 
-    Refuses (nothing is committed) a checkpoint with no files, files that are missing
+    A checkpoint with no files is valid (every rank reported an empty folder), as in Ray
+    Train. Refuses (nothing is committed) a checkpoint whose files are missing
     or not the ones the ranks wrote (another writer, such as a worker of an earlier
     driver, touched the folder), or files no rank reported. ``stored``: rank -> what it
     stored (None: it wrote in place, so the folder may hold files no rank listed).
@@ -769,12 +770,6 @@ def verified_files(
             continue
         for rel, f in files.items():
             expected.setdefault(rel, []).append((rank, f))
-    if not listed and not any(expected.values()):
-        raise UserConfigError(
-            f"checkpoint {uri} of report round {round_index} holds no files: every rank "
-            "reported an empty folder. Write the checkpoint files before calling "
-            "report(), or pass checkpoint=None on ranks with nothing to save"
-        )
     for rel, by_rank in sorted(expected.items()):
         sizes = {f.size for _, f in by_rank}
         if len(sizes) > 1:

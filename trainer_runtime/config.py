@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from trainer_runtime.callbacks import Callback, UserCallback
 from trainer_runtime.checkpoint import CheckpointUploadMode
-from trainer_runtime.storage import join_uri, validate_storage_uri
+from trainer_runtime.storage import join_uri, split_query_uri, validate_storage_uri
 from trainer_runtime.tpu import (
     TpuSliceShape,
     infer_num_slices,
@@ -490,6 +490,10 @@ class RunConfig:
                 f"{type(self.storage_filesystem).__name__}"
             )
 
+        # s3://bucket/prefix?endpoint_override=...: pyarrow's filesystem and the path on it.
+        self.storage_path, self.storage_filesystem = split_query_uri(
+            self.storage_path, self.storage_filesystem
+        )
         self.storage_path = validate_storage_uri(
             self.storage_path, field="RunConfig.storage_path", filesystem=self.storage_filesystem
         )

@@ -9,7 +9,12 @@ from typing import Any
 from trainer_runtime._fencing import driver_file_uri
 from trainer_runtime.checkpoint import Checkpoint
 from trainer_runtime.checkpoint_manager import CheckpointManager, CheckpointRecord
-from trainer_runtime.storage import get_storage, pyarrow_filesystem, validate_storage_uri
+from trainer_runtime.storage import (
+    get_storage,
+    pyarrow_filesystem,
+    split_query_uri,
+    validate_storage_uri,
+)
 
 
 @dataclass
@@ -33,6 +38,9 @@ class Result:
     checkpoints: list[CheckpointRecord] = field(default_factory=list)
     best_checkpoint: Checkpoint | None = None
     restarts: int = 0
+    #: What the train function returned on rank 0 (in local mode: in this process), or None
+    #: when it returned nothing or the run failed, as Ray Train 2.60's ``Result.return_value``.
+    return_value: Any = None
     #: ``RunConfig.storage_filesystem`` (see :attr:`filesystem`).
     _storage_filesystem: Any = field(default=None, repr=False)
 
@@ -79,7 +87,8 @@ class Result:
         nothing in the folder is changed. Raises RuntimeError when ``path`` holds no run
         (``"Experiment folder ... doesn't exist."``, as Ray Train, for a missing folder).
         """
-        uri = validate_storage_uri(os.fspath(path), "path", filesystem=storage_filesystem)
+        path, storage_filesystem = split_query_uri(os.fspath(path), storage_filesystem)
+        uri = validate_storage_uri(path, "path", filesystem=storage_filesystem)
         storage = get_storage(uri, storage_filesystem)
         manager = CheckpointManager.for_reading(uri, storage)
         if (

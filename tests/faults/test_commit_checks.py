@@ -121,8 +121,31 @@ def test_the_snapshot_names_the_folder_and_what_changed(tmp_path: Path) -> None:
     with pytest.raises(CheckpointSourceError) as info:
         snap.verify("before its upload started")
     text = str(info.value)
-    assert str(folder) in text and "removed: a" in text and "added: c" in text
+    assert str(folder) in text and "removed: a" in text and "added" not in text
     assert "rewritten: b" in text and "tempfile.mkdtemp()" in text
+
+
+def test_files_added_after_report_are_no_torn_checkpoint(tmp_path: Path) -> None:
+    """Ranks on one machine writing shards into one folder and each reporting it (as Ray
+    Train's own tests do): another rank's new files are fine; changes to this report's files
+    or their removal are still caught, an emptied or deleted folder too."""
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "shard_0").write_text("0")
+    snap = take_snapshot(folder)
+    (folder / "shard_1").write_text("1")  # rank 1's shard, written after rank 0's report()
+    snap.verify("while it was being uploaded")
+    assert set(snap.files) == {"shard_0"}  # what this report stores
+    (folder / "shard_0").unlink()
+    with pytest.raises(CheckpointSourceError, match="removed: shard_0"):
+        snap.verify("while it was being uploaded")
+    empty = tmp_path / "empty"  # an empty folder is a checkpoint too, until deleted
+    empty.mkdir()
+    snap = take_snapshot(empty)
+    snap.verify("now")
+    empty.rmdir()
+    with pytest.raises(CheckpointSourceError, match="was deleted"):
+        snap.verify("before its upload started")
 
 
 def test_the_snapshot_lists_files_as_os_walk_does(tmp_path: Path) -> None:

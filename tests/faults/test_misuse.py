@@ -16,7 +16,12 @@ from typing import Any
 import pytest
 
 import trainer_runtime as tr
-from tests.faults.workloads import check_run, integrity_train, write_checkpoint
+from tests.faults.workloads import (
+    check_run,
+    integrity_train,
+    shared_names_train,
+    write_checkpoint,
+)
 from trainer_runtime import (
     Checkpoint,
     CheckpointConfig,
@@ -27,9 +32,10 @@ from trainer_runtime import (
     ScalingConfig,
     TrainingFailedError,
 )
-from trainer_runtime.checkpoint_manager import MANIFEST_FILE
+from trainer_runtime.checkpoint import COMMIT_MARKER
+from trainer_runtime.checkpoint_manager import MANIFEST_FILE, verified_files
 from trainer_runtime.errors import ReportError, UserConfigError, WorkerGroupError
-from trainer_runtime.storage import join_uri
+from trainer_runtime.storage import get_storage, join_uri
 
 SCALINGS = {"local": ScalingConfig(num_workers=0), "ray": ScalingConfig(num_workers=2)}
 
@@ -82,14 +88,51 @@ def test_the_same_folder_reported_twice_never_commits_a_torn_checkpoint(
     check_run(join_uri(storage, "run"), _world(scaling))  # whatever was committed is whole
 
 
-def test_an_empty_checkpoint_is_refused(tmp_path: Path, scaling: ScalingConfig) -> None:
-    def train() -> None:
-        tr.report({"step": 0}, checkpoint=Checkpoint.from_directory(tempfile.mkdtemp()))
+@pytest.mark.parametrize("mode", ["SYNC", "ASYNC"])
+def test_shared_file_names_shared_folders_and_empty_checkpoints_commit(
+    tmp_path: Path, scaling: ScalingConfig, mode: str
+) -> None:
+    """As Ray Train 2.60: ranks storing the same file name (identical content) into one
+    checkpoint make one file, ranks reporting one local folder holding every rank's shard
+    commit it, and an empty folder is a valid checkpoint (see ``shared_names_train``)."""
+    storage = str(tmp_path / "s")
+    config = {"shared": str(tmp_path / "shared"), "mode": mode}
+    result = _fit(shared_names_train, config, storage, scaling)
+    world = _world(scaling)
+    assert [r.metrics["step"] for r in result.checkpoints] == [0, 1, 2]
+    first, second, empty = result.checkpoints
+    shards = {f"shard_{rank}.bin" for rank in range(world)}
+    assert set(first.files or {}) == shards | {"checkpoint.pkl"}
+    # Each rank stored what it listed at report(); the folder ends with every shard.
+    assert shards >= set(second.files or {}) >= {f"shard_{world - 1}.bin"}
+    assert empty.files == {}
+    assert Path(empty.path).is_dir() and not any(
+        p.name != COMMIT_MARKER for p in Path(empty.path).iterdir()
+    )
+    again = Result.from_path(join_uri(storage, "run"))  # the empty one verifies on restore
+    assert [r.metrics["step"] for r in again.checkpoints] == [0, 1, 2]
+    assert again.checkpoint is not None and again.checkpoint.path == empty.path
+    with again.checkpoint.as_directory() as folder:
+        assert not any(p.name != COMMIT_MARKER for p in Path(folder).iterdir())
 
-    with pytest.raises(TrainingFailedError, match="holds no files") as info:
-        _fit(train, {}, str(tmp_path / "s"), scaling)
-    assert isinstance(info.value.cause, UserConfigError)
-    assert Result.from_path(tmp_path / "s" / "run").checkpoints == []
+
+def test_ranks_storing_one_name_with_different_contents_fail_the_commit(
+    tmp_path: Path,
+) -> None:
+    """Identical content under one name is one file; different content is still refused."""
+    storage = get_storage(str(tmp_path))
+    uri = str(tmp_path / "checkpoint_000000")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "checkpoint.pkl").write_bytes(b"a" * 10)
+    same = storage.upload_dir(src, uri).stored
+    again = storage.upload_dir(src, uri).stored
+    assert verified_files(storage, uri, 0, {0: same, 1: again}).keys() == {"checkpoint.pkl"}
+    (src / "checkpoint.pkl").write_bytes(b"b" * 12)
+    other = storage.upload_dir(src, uri).stored
+    with pytest.raises(UserConfigError, match="ranks wrote different files under the same name"):
+        verified_files(storage, uri, 0, {0: same, 1: other})
+    assert not [p for p in Path(uri).iterdir() if p.name.endswith(".storing")]
 
 
 @pytest.mark.parametrize(

@@ -147,3 +147,34 @@ def check_run(run_path: str, world_size: int | None = None) -> Result:
 
 def _refuse_non_json(token: str) -> Any:
     raise AssertionError(f"the manifest holds {token}, which is not JSON")
+
+
+def shared_names_train(config: dict[str, Any]) -> None:
+    """Ray Train's own tests' checkpoint shapes, in three reports:
+
+    0. every rank writes ``shard_<rank>.bin`` and an identical ``checkpoint.pkl`` into its
+       own folder (several ranks storing one name);
+    1. every rank writes its shard into one folder on this machine (``config["shared"]``) and
+       reports that folder (another rank's shard appears after a rank's ``report()``);
+    2. every rank reports an empty folder (a metrics-only checkpoint).
+    """
+    rank = tr.get_context().get_world_rank()
+    mode = tr.CheckpointUploadMode[config.get("mode", "SYNC")]
+    own = Path(tempfile.mkdtemp())
+    (own / f"shard_{rank}.bin").write_bytes(payload(0, rank, 0, 4096))
+    (own / "checkpoint.pkl").write_bytes(b"shared state, the same on every rank" * 100)
+    tr.report({"step": 0}, checkpoint=Checkpoint.from_directory(own), checkpoint_upload_mode=mode)
+    shared = Path(config["shared"])
+    shared.mkdir(parents=True, exist_ok=True)
+    (shared / f"shard_{rank}.bin").write_bytes(payload(1, rank, 0, 4096))
+    tr.report(  # the other ranks still store from it: not deleted after this rank's upload
+        {"step": 1},
+        checkpoint=Checkpoint.from_directory(shared),
+        checkpoint_upload_mode=mode,
+        delete_local_checkpoint_after_upload=False,
+    )
+    tr.report(
+        {"step": 2},
+        checkpoint=Checkpoint.from_directory(tempfile.mkdtemp()),
+        checkpoint_upload_mode=mode,
+    )

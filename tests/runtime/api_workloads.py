@@ -147,3 +147,21 @@ def placement_probe(config: dict[str, Any]) -> None:
         },
     }
     Path(config["out"]).write_text(json.dumps(record))
+
+
+def returning_train(config: dict[str, Any]) -> Any:
+    """Reports a metric with a tuple, then returns a value naming its rank (Ray Train's
+    ``Result.return_value`` is rank 0's); with ``tensor``, returns a torch tensor (Ray refuses
+    it); with ``marker``, rank 0 fails once first (the value comes from the attempt that
+    succeeded)."""
+    rank = tr.get_context().get_world_rank()
+    marker = config.get("marker")
+    if marker and rank == 0 and not Path(marker).exists():
+        Path(marker).write_text("x")
+        raise KeyError("once")
+    tr.report({"pair": (rank, "x")})
+    if config.get("tensor"):
+        import torch
+
+        return {"weights": [torch.zeros(2)]}
+    return {"rank": rank, "pair": (1, 2), "attempt": bool(marker)}

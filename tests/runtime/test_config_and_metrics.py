@@ -103,8 +103,18 @@ def test_metrics_validation() -> None:
     )
     assert out == {"loss": 0.5, "n": 3, "tags": ["a", 1], "nested": {"x": 1.0}}
     assert type(out["loss"]) is float
-    with pytest.raises(ReportError, match=r"metrics\['loss'\] is a torch.Tensor.*\.item\(\)"):
+    # Ray Train 2.60's rule and sentence: anything holding a torch tensor or module is
+    # refused (dict keys and values, lists, tuples); ours names the keys after it.
+    ray_sentence = "Passing objects containing Torch tensors as metrics is not supported"
+    with pytest.raises(ReportError, match=rf"^{ray_sentence}.*\['loss'\]"):
         validate_metrics({"loss": torch.tensor(1.0)})
+    with pytest.raises(ValueError, match=rf"^{ray_sentence}.*\['deep'\]"):
+        validate_metrics({"ok": 1, "deep": {"a": [1, (2, torch.zeros(2))]}})
+    with pytest.raises(ReportError, match=ray_sentence):
+        validate_metrics({"model": torch.nn.Linear(1, 1)})
+    # Plain Python values are kept (tuples as lists: metrics are stored as JSON).
+    kept = validate_metrics({"pair": (1, "a"), "lst": [1, (2.5,)], "none": None, "b": True})
+    assert kept == {"pair": [1, "a"], "lst": [1, [2.5]], "none": None, "b": True}
     with pytest.raises(ReportError, match=r"metrics\['w'\] is a numpy.ndarray.*\.tolist\(\)"):
         validate_metrics({"w": np.zeros(3)})
     with pytest.raises(ReportError, match=r"metrics\['obj'\] has type object"):

@@ -15,6 +15,7 @@ from tests.runtime.api_workloads import (
     collective_train,
     read_lines,
     reported_train,
+    returning_train,
     slow_validate,
     upload_fn_train,
 )
@@ -180,6 +181,29 @@ def test_an_upload_fn_returning_another_folder_is_rays_value_error(tmp_path: Pat
     failure = info.value.worker_failures[0]
     assert isinstance(failure, ValueError)
     assert "returned a checkpoint outside the experiment directory" in str(failure)
+
+
+def test_result_return_value_is_rank_0s_and_tensors_are_refused(
+    workers: int, tmp_path: Path
+) -> None:
+    result = _fit(
+        workers,
+        returning_train,
+        {"marker": str(tmp_path / "failed-once")},
+        tmp_path,
+        failure_config=FailureConfig(max_failures=1),
+    )
+    assert result.return_value == {"rank": 0, "pair": (1, 2), "attempt": True}
+    assert result.restarts == 1
+    with pytest.raises(TrainingFailedError) as info:
+        _fit(workers, returning_train, {"tensor": True}, tmp_path / "t")
+    assert isinstance(info.value, tr.WorkerGroupError)
+    failure = next(iter(info.value.worker_failures.values()))
+    assert isinstance(failure, ValueError)
+    assert str(failure).startswith(
+        "Returning objects containing Torch tensors from the training function is not supported"
+    )
+    assert info.value.result is None or info.value.result.return_value is None
 
 
 class _Recorder(UserCallback):

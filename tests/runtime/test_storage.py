@@ -91,7 +91,17 @@ def test_local_upload_and_marker_writes_are_fsynced(
     dest = tmp_path / "store" / "checkpoint_000001"
     storage.upload_dir(src, str(dest))
     for rel in expected:
-        assert dest / rel in synced, f"{rel} was stored without fsync"
+        # Files are flushed under their temporary name, before the rename that stores them.
+        target = dest / rel
+        assert any(
+            p == target
+            or (
+                p.parent == target.parent
+                and p.name.startswith(f".{target.name}.")
+                and p.name.endswith(".storing")
+            )
+            for p in synced
+        ), f"{rel} was stored without fsync"
         parent = (dest / rel).parent
         while parent != dest.parent:
             assert parent in synced, f"folder {parent} (names {rel}) was not fsynced"
@@ -560,3 +570,42 @@ def test_local_upload_again_over_its_own_link(tmp_path: Path, consume: bool) -> 
     storage.upload_dir(src, str(dest), consume_source=consume)
     assert (dest / "w.bin").read_bytes() == b"data"
     assert (_inode(dest / "w.bin") == _inode(src / "w.bin")) is consume
+
+
+def test_an_s3_uri_with_pyarrow_query_parameters(
+    s3_server: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``s3://bucket/prefix?endpoint_override=...&region=...`` (as ``FileSystem.from_uri``
+    takes it: MinIO, R2...) as ``storage_path`` and for ``Result.from_path``: as in Ray Train,
+    the query configures the filesystem and paths are the paths on it. The environment's
+    endpoint points nowhere here, so only the query's endpoint reaches the server."""
+    import pyarrow.fs as pafs
+
+    import trainer_runtime as tr
+    from trainer_runtime.storage.factory import reset_storage_cache
+
+    bucket = s3_server.new_bucket()  # type: ignore[attr-defined]
+    url = s3_server.url  # type: ignore[attr-defined]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    reset_storage_cache()
+    host = url.removeprefix("http://")
+    query = f"region=us-east-1&endpoint_override={host}&scheme=http"
+    config = tr.RunConfig(name="run", storage_path=f"s3://{bucket}/runs?{query}")
+    assert config.storage_path == f"{bucket}/runs"
+    assert isinstance(config.storage_filesystem, pafs.S3FileSystem)
+    assert config.storage_filesystem.region == "us-east-1"
+    result = tr.DataParallelTrainer(
+        _fs_train,
+        train_loop_config={"steps": 2},
+        scaling_config=tr.ScalingConfig(num_workers=0),
+        run_config=config,
+    ).fit()
+    assert result.path == f"{bucket}/runs/run"
+    assert result.checkpoint is not None and result.metrics == {"step": 1}
+    fs = s3_server.filesystem()  # type: ignore[attr-defined]
+    assert fs.get_file_info(f"{bucket}/runs/run/checkpoint_000001/s.json").size > 0
+    again = tr.Result.from_path(f"s3://{bucket}/runs/run?{query}")
+    assert again.checkpoint is not None and again.checkpoint.path == result.checkpoint.path
+    assert again.metrics == {"step": 1}
+    with pytest.raises(ValueError, match="storage_filesystem"):  # one way to name storage
+        tr.RunConfig(storage_path=f"s3://{bucket}/runs?{query}", storage_filesystem=fs)

@@ -184,7 +184,9 @@ def test_exhausted_max_failures_raises_with_the_cause(tmp_path: Path) -> None:
 
 def test_bad_report_input_fails_the_run_at_once(tmp_path: Path) -> None:
     log = tmp_path / "log"
-    with pytest.raises(TrainingFailedError, match=r"metrics\['loss'\] is a torch.Tensor") as info:
+    with pytest.raises(
+        TrainingFailedError, match=r"Passing objects containing Torch tensors as metrics"
+    ) as info:
         TorchTrainer(
             bad_report_train,
             train_loop_config={"log": str(log)},

@@ -15,7 +15,7 @@ from trainer_runtime.storage.base import (
     join_uri,
     validate_storage_uri,
 )
-from trainer_runtime.storage.factory import get_storage, pyarrow_filesystem
+from trainer_runtime.storage.factory import get_storage, pyarrow_filesystem, split_query_uri
 
 __all__ = [
     "Storage",
@@ -24,5 +24,6 @@ __all__ = [
     "get_storage",
     "join_uri",
     "pyarrow_filesystem",
+    "split_query_uri",
     "validate_storage_uri",
 ]

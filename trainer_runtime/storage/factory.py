@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from trainer_runtime.storage.base import Storage, is_gcs_uri, uri_scheme
+from trainer_runtime.storage.base import PYARROW_SCHEMES, Storage, is_gcs_uri, uri_scheme
 from trainer_runtime.storage.gcs import GCSStorage
 from trainer_runtime.storage.local import LocalStorage
 from trainer_runtime.storage.pyarrow_fs import PyArrowStorage, filesystem_from_uri
@@ -54,6 +54,22 @@ def get_storage(uri: str, filesystem: Any = None) -> Storage:
             backend = LocalStorage()
         _backends[kind] = backend
         return backend
+
+
+def split_query_uri(uri: Any, filesystem: Any = None) -> tuple[Any, Any]:
+    """``(path, filesystem)`` for a storage URI carrying pyarrow's query parameters
+    (``s3://bucket/prefix?region=...&endpoint_override=...``, as
+    ``pyarrow.fs.FileSystem.from_uri`` takes them: MinIO, R2 and other S3-compatible
+    stores need them): the filesystem they configure and the path on it (``bucket/prefix``),
+    as Ray Train's storage does. Anything else, or with ``filesystem`` given, is returned
+    unchanged."""
+    if filesystem is not None or not isinstance(uri, str) or "?" not in uri:
+        return uri, filesystem
+    scheme = uri_scheme(uri)
+    if scheme not in PYARROW_SCHEMES:
+        return uri, filesystem
+    fs, path = filesystem_from_uri(uri)
+    return path, fs
 
 
 def pyarrow_filesystem(uri: str, filesystem: Any = None) -> Any:

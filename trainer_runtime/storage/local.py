@@ -18,6 +18,10 @@ def _walk_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file())
 
 
+STORE_TMP_SUFFIX = ".storing"
+"""Suffix of a file being stored (see :func:`_store_file`), renamed once it is whole."""
+
+
 def _stored(path: Path) -> StoredFile:
     st = path.stat()
     return StoredFile(st.st_size, str(st.st_mtime_ns))
@@ -108,6 +112,28 @@ def _link_sole_file(src: Path, target: Path) -> bool:
     return True
 
 
+def _store_file(src: Path, target: Path, *, link: bool, durable: bool) -> None:
+    """Store ``src`` as ``target`` atomically: written (or hard-linked) under a temporary name
+    in ``target``'s folder, flushed, then renamed over ``target``. Several ranks storing the
+    same name into one checkpoint (Ray Train's tests have every rank write a shared
+    ``checkpoint.pkl``) then each replace a whole file: nobody sees a half-written one."""
+    fd, tmp_name = tempfile.mkstemp(
+        dir=target.parent, prefix=f".{target.name}.", suffix=STORE_TMP_SUFFIX
+    )
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        tmp.unlink()  # the name is reserved; a link or a copy creates the file
+        if not (link and _link_sole_file(src, tmp)):
+            shutil.copyfile(src, tmp)
+        if durable:
+            _fsync_path(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 class LocalStorage(Storage):
     """Files under an absolute local path."""
 
@@ -156,9 +182,8 @@ class LocalStorage(Storage):
             if not in_place:  # else the checkpoint was written in place: nothing to copy
                 target.parent.mkdir(parents=True, exist_ok=True)
                 _drop_own_link(src / rel, target)
-                if not (link and _link_sole_file(src / rel, target)):
-                    shutil.copyfile(src / rel, target)
-            if durable:
+                _store_file(src / rel, target, link=link, durable=durable)
+            elif durable:
                 _fsync_path(target)
             stored = _stored(target)
             stats.stored[rel] = stored

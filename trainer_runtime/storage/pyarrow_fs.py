@@ -186,8 +186,22 @@ class PyArrowStorage(Storage):
 
         def upload() -> StoredFile:
             self._ensure_parent(path)
-            with open(local, "rb") as src, self.fs.open_output_stream(path) as dst:
-                shutil.copyfileobj(src, dst, _CHUNK)
+            if self._object_store:  # an object appears whole once its upload completes
+                with open(local, "rb") as src, self.fs.open_output_stream(path) as dst:
+                    shutil.copyfileobj(src, dst, _CHUNK)
+                return self._fingerprint(path)
+            # A file system: write a temporary file and move it into place, so ranks storing
+            # the same name each replace a whole file (nobody lists a half-written one).
+            parent, _, name = path.rpartition("/")
+            tmp = f"{parent}/.{name}.{uuid.uuid4().hex}.storing"
+            try:
+                with open(local, "rb") as src, self.fs.open_output_stream(tmp) as dst:
+                    shutil.copyfileobj(src, dst, _CHUNK)
+                self.fs.move(tmp, path)
+            except BaseException:
+                with contextlib.suppress(Exception):  # best effort
+                    self.fs.delete_file(tmp)
+                raise
             return self._fingerprint(path)
 
         stored: StoredFile = self._retry(upload, f"upload {local} -> {path}")
