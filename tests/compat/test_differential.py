@@ -28,6 +28,7 @@ from tests.compat.workloads import (
     read_step,
     recording_callback,
     reported_train,
+    shared_names_train,
     steps_train,
     upload_fn_train,
     validate,
@@ -260,6 +261,31 @@ def test_multi_rank_shards_merge_into_one_checkpoint(tmp_path: Path, ray_cluster
             )
     assert files["trainer_runtime"] == files["ray.train"]
     assert ("shard_1.txt", "1:1") in files["ray.train"]
+
+
+def test_shared_names_shared_folders_empty_checkpoints_and_the_return_value(
+    tmp_path: Path, ray_cluster: Any
+) -> None:
+    """Ranks storing one file name (identical content) into a checkpoint, ranks reporting one
+    local folder holding every rank's shard, an empty checkpoint folder, and
+    ``Result.return_value`` (rank 0's)."""
+    seen = {}
+    for name in APIS:
+        result = _fit(name, tmp_path, shared_names_train, {"shared": str(tmp_path / f"{name}-sh")})
+        kept = []
+        for checkpoint, metrics in result.best_checkpoints:
+            with checkpoint.as_directory() as folder:
+                files = sorted(
+                    (p.name, p.read_bytes()[:20].decode())
+                    for p in Path(folder).iterdir()
+                    if not p.name.startswith(".")
+                )
+            kept.append((metrics["step"], files))
+        seen[name] = {"kept": kept, "return_value": result.return_value}
+    assert seen["trainer_runtime"] == seen["ray.train"]
+    assert seen["ray.train"]["return_value"] == {"rank": 0, "answer": [42, "x"]}
+    assert [step for step, _ in seen["ray.train"]["kept"]] == [0, 1, 2]
+    assert seen["ray.train"]["kept"][2] == (2, [])
 
 
 def test_result_from_path_matches_the_result_of_fit(tmp_path: Path, ray_cluster: Any) -> None:

@@ -327,3 +327,23 @@ def data_train(config: dict[str, Any]) -> None:
             marker.parent.mkdir(parents=True, exist_ok=True)
             marker.write_text("failed once")
             raise RuntimeError(f"rank {rank} fails once after its first epoch")
+
+
+def shared_names_train(config: dict[str, Any]) -> dict[str, Any]:
+    """Checkpoint shapes of Ray Train's own tests, then a return value: every rank writes its
+    shard and an identical ``checkpoint.pkl`` into its own folder; every rank writes its shard
+    into one folder of this machine (``config["shared"]``) and reports it; every rank reports
+    an empty folder. Returns a value naming the rank (``Result.return_value``: rank 0's)."""
+    train = api(config)
+    rank = train.get_context().get_world_rank()
+    own = Path(tempfile.mkdtemp(prefix="compat_"))
+    (own / f"shard_{rank}.txt").write_text(f"0:{rank}")
+    (own / "checkpoint.pkl").write_bytes(b"the same on every rank" * 50)
+    train.report({"step": 0}, checkpoint=train.Checkpoint.from_directory(str(own)))
+    shared = Path(config["shared"])
+    shared.mkdir(parents=True, exist_ok=True)
+    (shared / f"shard_{rank}.txt").write_text(f"1:{rank}")
+    train.report({"step": 1}, checkpoint=train.Checkpoint.from_directory(str(shared)))
+    empty = tempfile.mkdtemp(prefix="compat_")
+    train.report({"step": 2}, checkpoint=train.Checkpoint.from_directory(empty))
+    return {"rank": rank, "answer": [42, "x"]}
