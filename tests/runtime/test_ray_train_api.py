@@ -325,14 +325,15 @@ def test_unknown_consistency_mode_is_a_value_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.ray
-@pytest.mark.parametrize("how", ["uri", "filesystem"])
+@pytest.mark.parametrize("how", ["uri", "filesystem", "query"])
 def test_two_ray_workers_shard_checkpoints_on_s3_and_resume(
     ray_cluster: Any, s3_server: Any, tmp_path: Path, how: str
 ) -> None:
     """Two Ray workers store shards of each checkpoint on moto's S3 (``s3://`` with the AWS
-    settings through ``worker_runtime_env``, or a pickled ``S3FileSystem`` as
-    ``storage_filesystem``); validation reads the committed checkpoint back from S3; after
-    a failure the group resumes from the latest commit."""
+    settings through ``worker_runtime_env``, a pickled ``S3FileSystem`` as
+    ``storage_filesystem``, or ``s3://...?endpoint_override=...``); validation reads the
+    committed checkpoint back from S3; after a failure the group resumes from the latest
+    commit."""
     from tests.runtime.workloads import counting_train, read_log
 
     bucket = s3_server.new_bucket()
@@ -340,6 +341,15 @@ def test_two_ray_workers_shard_checkpoints_on_s3_and_resume(
         where: dict[str, Any] = {
             "storage_path": f"s3://{bucket}/runs",
             "worker_runtime_env": {"env_vars": s3_server.env},
+        }
+    elif how == "query":  # pyarrow's query parameters; the workers' env endpoint is dead
+        host = s3_server.url.removeprefix("http://")
+        where = {
+            "storage_path": f"s3://{bucket}/runs?region=us-east-1&endpoint_override={host}"
+            "&scheme=http",
+            "worker_runtime_env": {
+                "env_vars": {**s3_server.env, "AWS_ENDPOINT_URL": "http://127.0.0.1:9"}
+            },
         }
     else:
         where = {"storage_path": f"{bucket}/runs", "storage_filesystem": s3_server.filesystem()}
@@ -372,6 +382,9 @@ def test_two_ray_workers_shard_checkpoints_on_s3_and_resume(
     kept = [c for c, _ in result.best_checkpoints]
     assert [result.checkpoint_status(c) for c in kept] == ["validated", "validated"]
     assert [m["shards"] for _, m in result.best_checkpoints] == [2, 2]
+    if how == "query":  # as in Ray: the path on the filesystem the query configured
+        assert result.path == f"{bucket}/runs/sharded"
+        where["storage_filesystem"] = result.filesystem
     again = Result.from_path(result.path, storage_filesystem=where.get("storage_filesystem"))
     assert [c.path for c, _ in again.best_checkpoints] == [
         c.path for c, _ in result.best_checkpoints
