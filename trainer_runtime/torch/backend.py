@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -128,8 +129,6 @@ def _init_process_group(
 def _free_port() -> tuple[str, int]:
     """Runs on rank 0: this node's address and a port free on it (as Ray Train's
     ``get_address_and_port``), for ``init_method="tcp"``."""
-    import socket
-
     import ray
 
     addr = ray.util.get_node_ip_address()
