@@ -19,7 +19,12 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import os
 import re
+import shutil
+import subprocess
+import sysconfig
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +39,8 @@ from tests.support.concurrent import RunningScenarios, ScenarioSet
 from tests.support.node import Image, Node
 from tests.support.waiting import wait_for
 from trainer_runtime.checkpoint import COMMIT_MARKER
+from trainer_runtime.storage.factory import reset_storage_cache
+from trainjob_operator.sdk import TrainJobClient
 
 pytestmark = [pytest.mark.node, pytest.mark.timeout(1500)]
 
@@ -219,12 +226,21 @@ spec:
 
 @pytest.fixture(scope="module")
 def cluster(node: Node, node_images: dict[str, Image]) -> Iterator[Cluster]:
+    """The node with the chart and fake-gcs-server. This process reaches fake-gcs-server
+    through its bridge as the pods reach it through the Service: ``STORAGE_EMULATOR_HOST``
+    names the bridge here, for what reads or writes gs:// through
+    :mod:`trainer_runtime.storage` (the SDK's upload of a working dir,
+    ``TrainJobClient.result``, the ``trainjob`` commands run from here)."""
     _install_chart(node, node_images)
     env = Cluster(node, node_images, _start_fake_gcs(node, node_images))
-    try:
-        yield env
-    finally:
-        env.api.close()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("STORAGE_EMULATOR_HOST", env.gcs_url)
+        reset_storage_cache()
+        try:
+            yield env
+        finally:
+            env.api.close()
+    reset_storage_cache()
 
 
 class Scene(NamedTuple):
@@ -268,18 +284,18 @@ def scenarios(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[Runn
         yield running
 
 
-def make_job(
+def job_manifest(
     cluster: Cluster,
     namespace: str,
     config: dict[str, Any],
     *,
     validation: bool = False,
     **spec: Any,
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], str]:
     """The quickstart TrainJob in the examples image, sized for a 2-core node, storing its
-    checkpoints in the cluster's fake-gcs-server. Without ``validation`` (the scenarios that
-    assert nothing about it) the job has no validation pool and no score attribute: one Ray
-    node less on the node."""
+    checkpoints in a new bucket of the cluster's fake-gcs-server: (the manifest, the bucket).
+    Without ``validation`` (the scenarios that assert nothing about it) the job has no
+    validation pool and no score attribute: one Ray node less on the node."""
     bucket = f"real-{uuid.uuid4().hex[:8]}"
     cluster.gcs().create_bucket(bucket)
     body = copy.deepcopy(QUICKSTART)
@@ -298,6 +314,19 @@ def make_job(
     if not validation:
         del s["validation"], s["checkpoint"]["scoreAttribute"], s["checkpoint"]["scoreOrder"]
     s.update(spec)
+    return body, bucket
+
+
+def make_job(
+    cluster: Cluster,
+    namespace: str,
+    config: dict[str, Any],
+    *,
+    validation: bool = False,
+    **spec: Any,
+) -> dict[str, Any]:
+    """:func:`job_manifest`'s TrainJob, created; its ``bucket`` added to the returned body."""
+    body, bucket = job_manifest(cluster, namespace, config, validation=validation, **spec)
     cluster.custom.create_namespaced_custom_object(
         "trainjob.dev", "v1alpha1", namespace, "trainjobs", body
     )
@@ -369,11 +398,52 @@ def _terminate_a_worker_pod_gracefully(
     return str(worker.metadata.uid)
 
 
+WORKING_DIR_MODULE = "mytrain"
+"""The quickstart's code under a name that is not in the image: a job whose entrypoint is in
+it runs only if its working dir reached the pods."""
+
+
+def _cli(cluster: Cluster, command: list[str], namespace: str) -> subprocess.CompletedProcess[str]:
+    """A ``trainjob`` command of this environment (``kubectl-trainjob`` and ``trainjob`` are
+    in its scripts folder, put first on PATH) against the node, in ``namespace``."""
+    scripts = sysconfig.get_path("scripts")
+    env = {**os.environ, "PATH": os.pathsep.join([scripts, os.environ.get("PATH", "")])}
+    args = ["-n", namespace, "--kubeconfig", str(cluster.node.kubeconfig)]
+    result = subprocess.run(
+        [*command, *args], capture_output=True, text=True, env=env, timeout=180, check=False
+    )
+    assert result.returncode == 0, f"{command} exited {result.returncode}:\n{result.stderr}"
+    return result
+
+
 @scenario
 def suspend_tears_down_and_resume_continues_from_the_checkpoint(scene: Scene) -> None:
+    """Submitted as from a laptop (issue 37): ``TrainJobClient.submit`` with a working dir
+    whose module is not in the image (:data:`WORKING_DIR_MODULE`), uploaded from here to
+    fake-gcs-server; the first driver and the one after the resume each fetch it. Then the
+    cluster verbs read the run: ``kubectl trainjob logs`` (kubectl finds the plugin on PATH)
+    shows the driver's log, ``TrainJobClient.result`` and ``trainjob checkpoints`` list the
+    checkpoints committed in storage."""
     cluster, namespace = scene
     epochs = 6
-    make_job(cluster, namespace, {"epochs": epochs, "batch_size": 8})
+    body, bucket = job_manifest(
+        cluster,
+        namespace,
+        {"epochs": epochs, "batch_size": 8},
+        entrypoint=f"{WORKING_DIR_MODULE}.train:train_func",
+    )
+    client = TrainJobClient(namespace=namespace, kubeconfig=cluster.node.kubeconfig)
+    with tempfile.TemporaryDirectory(prefix="trainjob-working-dir-") as tmp:
+        shutil.copytree(
+            REPO / "examples" / "quickstart",
+            Path(tmp) / WORKING_DIR_MODULE,
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
+        job = client.submit(body, working_dir=tmp)
+    assert job.spec.runtime_env is not None
+    uploaded = job.spec.runtime_env.working_dir or ""
+    assert uploaded.startswith(f"gs://{bucket}/runs/{JOB}/_code/"), uploaded
+    assert cluster.gcs().bucket(bucket).blob(uploaded.removeprefix(f"gs://{bucket}/")).exists()
     wait_for_a_committed_checkpoint(cluster, namespace)
     patch = {"spec": {"suspend": True}}
     cluster.custom.patch_namespaced_custom_object(
@@ -392,6 +462,29 @@ def suspend_tears_down_and_resume_continues_from_the_checkpoint(scene: Scene) ->
     # The new driver resumed from a checkpoint in storage rather than from scratch.
     driver_log = cluster.node.kubectl("logs", "-n", namespace, f"{JOB}-driver").stdout
     assert "Resuming run" in driver_log, driver_log[-3000:]
+
+    # kubectl's plugin convention: kubectl runs kubectl-trainjob with the rest of the line.
+    logs = _cli(cluster, [str(cluster.node.kubectl_bin), "trainjob", "logs", JOB], namespace)
+    assert "Resuming run" in logs.stdout, logs.stdout[-3000:]
+    assert driver_log.rstrip().splitlines()[-1] in logs.stdout, logs.stdout[-3000:]
+
+    # The checkpoints committed in storage (their markers), as the SDK and the CLI list them.
+    objects = [b.name for b in cluster.gcs().bucket(bucket).list_blobs(prefix=f"runs/{JOB}/")]
+    committed = sorted(o.split("/")[2] for o in objects if o.endswith(f"/{COMMIT_MARKER}"))
+    latest = status["latestCheckpoint"]["path"]
+    assert committed and latest.endswith(f"/{committed[-1]}"), (committed, latest)
+    result = client.result(JOB)
+    assert sorted(r.name for r in result.checkpoints) == committed, result.checkpoints
+    assert result.checkpoint is not None and result.checkpoint.path == latest, result
+    listing = _cli(
+        cluster,
+        [str(Path(sysconfig.get_path("scripts")) / "trainjob"), "checkpoints", JOB],
+        namespace,
+    ).stdout
+    assert f"Run folder: gs://{bucket}/runs/{JOB}" in listing, listing
+    for name in committed:
+        assert re.search(rf"^{name}\s", listing, re.MULTILINE), listing
+    assert f"Latest: {latest} " in listing, listing
 
 
 @scenario
