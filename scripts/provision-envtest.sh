@@ -130,7 +130,7 @@ find_mirror() {
                 tolower($1) == "uris:" { u = $2 }
                 tolower($1) == "suites:" { for (i = 2; i <= NF; i++) if ($i == s) ok = 1 }
                 END { if (ok && u != "") print u }' /etc/apt/sources.list.d/*.sources 2>/dev/null |
-            head -n 1)"
+            sed -n 1p)"  # not head: SIGPIPE under pipefail
     fi
     echo "${uri%/}"
 }
@@ -232,7 +232,7 @@ done
 cp "$etcd_bin" "$staging/etcd"
 chmod 0755 "$staging"/*
 "$staging/kube-apiserver" --version >&2
-"$staging/etcd" --version | head -n 1 >&2
+"$staging/etcd" --version | sed -n 1p >&2  # sed reads it all: head could end etcd with SIGPIPE (141) under pipefail
 rm -rf "$CACHE_DIR"
 mv "$staging" "$CACHE_DIR"
 log "done in $(($(date +%s) - started))s; binaries in $CACHE_DIR"
