@@ -166,7 +166,12 @@ def shared_names_train(config: dict[str, Any]) -> None:
     tr.report({"step": 0}, checkpoint=Checkpoint.from_directory(own), checkpoint_upload_mode=mode)
     shared = Path(config["shared"])
     shared.mkdir(parents=True, exist_ok=True)
-    (shared / f"shard_{rank}.bin").write_bytes(payload(1, rank, 0, 4096))
+    # Written aside and renamed in, so a rank listing the folder at its report() sees another
+    # rank's shard whole or not at all (a file half-written while listed is, rightly, refused
+    # as "changed while it was being uploaded").
+    aside = own.parent / f"{own.name}.shard_{rank}.bin"
+    aside.write_bytes(payload(1, rank, 0, 4096))
+    os.replace(aside, shared / f"shard_{rank}.bin")
     tr.report(  # the other ranks still store from it: not deleted after this rank's upload
         {"step": 1},
         checkpoint=Checkpoint.from_directory(shared),
