@@ -176,11 +176,16 @@ def _counts(junit: Path) -> tuple[int, int, int, int]:
 def run_tier(tier: Tier, extra: Sequence[str], provisioning: Provisioning | None) -> Result:
     """Run one tier's pytest, its output to ``.test-logs/<tier>.log``; print it at the end."""
     result = Result(tier.name)
+    env = dict(os.environ)
     if tier.needs and provisioning is not None:
         why = provisioning.wait(tier.needs)
         if why is not None:
-            # The tier's own fixtures report the same failure (or skip where unsupported).
-            say(f"{tier.name}: provisioning failed ({why.splitlines()[0]}); running it anyway")
+            # Its tests fail at once with this error (tests.support.raise_if_provisioning_failed)
+            # instead of building again; the tests that need no cluster still run.
+            say(f"{tier.name}: provisioning failed ({why.splitlines()[0]}); not retried")
+            from tests.support.envtest import PROVISION_ERROR_ENV
+
+            env[PROVISION_ERROR_ENV] = why
     log = LOGS / f"{tier.name}.log"
     junit = LOGS / f"{tier.name}.xml"
     junit.unlink(missing_ok=True)
@@ -193,7 +198,9 @@ def run_tier(tier: Tier, extra: Sequence[str], provisioning: Provisioning | None
     say(f"{tier.name}: started ({shlex.join(cmd[1:])})")
     started = time.monotonic()
     with log.open("w") as out:
-        proc = subprocess.run(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, check=False)
+        proc = subprocess.run(
+            cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, check=False
+        )
     result.seconds = time.monotonic() - started
     result.returncode = proc.returncode
     result.passed, result.failed, result.skipped, result.errors = _counts(junit)

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.k8s import conftest as k8s_conftest
-from tests.support import EnvTestError, ensure_assets
+from tests.support import EnvTestError, ensure_assets, raise_if_provisioning_failed
 from tests.support.node import Image, Node, build_images, provision_host, unsupported_reason
 
 SKIP_ENVS = ("TRAINJOB_SKIP_NODE_TESTS", "TRAINJOB_SKIP_K8S_TESTS")
@@ -63,6 +63,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     live = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
     with live:
         try:
+            raise_if_provisioning_failed()
             assets = ensure_assets()
             cache = provision_host()
             images = build_images(jax=_wants_jax(session.items))

@@ -16,6 +16,7 @@ from tests.support.envtest import (
     default_cache_dir,
     ensure_assets,
     find_assets,
+    raise_if_provisioning_failed,
 )
 
 __all__ = [
@@ -27,4 +28,5 @@ __all__ = [
     "default_cache_dir",
     "ensure_assets",
     "find_assets",
+    "raise_if_provisioning_failed",
 ]

@@ -83,6 +83,9 @@ ASSETS_ENV = "KUBEBUILDER_ASSETS"
 CACHE_ENV = "TRAINJOB_ENVTEST_CACHE"
 SCRIPT_ENV = "TRAINJOB_ENVTEST_SCRIPT"
 KEEP_ENV = "TRAINJOB_ENVTEST_KEEP"
+PROVISION_ERROR_ENV = "TRAINJOB_TEST_PROVISION_ERROR"
+"""Set by ``tests/suite.py`` for a tier whose provisioning already failed in this run: the
+tier's fixtures fail at once with that error instead of building (minutes) a second time."""
 
 REQUIRED_BINARIES = ("kube-apiserver", "etcd")
 CACHED_BINARIES = (
@@ -122,6 +125,14 @@ _PORT_IN_USE_MARKERS = ("address already in use", "bind: address")
 
 class EnvTestError(RuntimeError):
     """Provisioning or starting the control plane failed."""
+
+
+def raise_if_provisioning_failed() -> None:
+    """Raise :class:`EnvTestError` when the suite runner says provisioning failed already
+    (``$TRAINJOB_TEST_PROVISION_ERROR``): one failed build per run, not one per tier."""
+    error = os.environ.get(PROVISION_ERROR_ENV)
+    if error:
+        raise EnvTestError(f"{error}\n(provisioning failed earlier in this run; not retried)")
 
 
 @dataclass(frozen=True)
@@ -184,6 +195,7 @@ def ensure_assets(output: TextIO | None = None, timeout: float | None = 3600.0) 
     found = find_assets()
     if found is not None:
         return found
+    raise_if_provisioning_failed()
     script = provision_script()
     if not script.is_file():
         raise EnvTestError(
