@@ -237,6 +237,9 @@ INVALID: dict[str, dict[str, Any]] = {
     },
     "hostPath": {"podTemplate": {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}},
     "podTemplate-key": {"podTemplate": {"containers": []}},
+    # What Ray would refuse only when the driver starts its job (issue 37): refused here.
+    "runtimeEnv-pip-and-uv": {"runtimeEnv": {"pip": ["six==1.16.0"], "uvPackages": ["six"]}},
+    "runtimeEnv-workingDir": {"runtimeEnv": {"workingDir": "https://example.com/code.zip"}},
     # 120 levels: the API server stores it, trainjob validate refuses it
     "deep-config": {"config": {"a": _deep(120)}},
 }
