@@ -397,6 +397,7 @@ class EnvTest(StartStop):
         self._dir: Path | None = None
         self._etcd_dir: Path | None = None
         self._etcd_url = ""
+        self._etcd_peer_port = 0
         self._port = 0
         self._started = False
         self.controller_manager_running = False
@@ -793,13 +794,43 @@ class EnvTest(StartStop):
             time.sleep(delay)
             delay = min(delay * 1.5, 1.0)
 
-    def _start_etcd(self) -> None:
-        if self._etcd_dir is not None:
-            shutil.rmtree(self._etcd_dir, ignore_errors=True)
-        self._etcd_dir = Path(
-            tempfile.mkdtemp(prefix="trainjob-envtest-etcd-", dir=_etcd_data_parent())
-        )
-        client_port, peer_port = free_port(), free_port()
+    def restart_control_plane(self, while_down: Callable[[], None] | None = None) -> float:
+        """Stop kube-apiserver and etcd (SIGTERM, as an upgrade does) and start them again on
+        the same ports, certificates and etcd data: clients see their connections drop and
+        the same API server come back. The controller manager and scheduler keep running and
+        reconnect. ``while_down`` runs between the stop and the start. Returns the seconds the
+        API server was down."""
+        self._require_started()
+        down = time.monotonic()
+        stopping = [p for p in self._procs if p.name in ("kube-apiserver", "etcd")]
+        for p in stopping:  # the apiserver first, then etcd (the order they were started in)
+            if p.popen.poll() is None:
+                p.popen.terminate()
+            try:
+                p.popen.wait(timeout=_STOP_GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                p.popen.kill()
+                p.popen.wait()
+            p.log_file.close()
+            self._procs.remove(p)
+        if while_down is not None:
+            while_down()
+        self._start_etcd(keep_data=True)
+        self._start_apiserver(keep_port=True)
+        return time.monotonic() - down
+
+    def _start_etcd(self, keep_data: bool = False) -> None:
+        if keep_data and self._etcd_dir is not None:
+            client_port = int(self._etcd_url.rsplit(":", 1)[1])
+            peer_port = self._etcd_peer_port
+        else:
+            if self._etcd_dir is not None:
+                shutil.rmtree(self._etcd_dir, ignore_errors=True)
+            self._etcd_dir = Path(
+                tempfile.mkdtemp(prefix="trainjob-envtest-etcd-", dir=_etcd_data_parent())
+            )
+            client_port, peer_port = free_port(), free_port()
+        self._etcd_peer_port = peer_port
         self._etcd_url = f"http://127.0.0.1:{client_port}"
         peer_url = f"http://127.0.0.1:{peer_port}"
         proc = self._spawn(
@@ -824,8 +855,9 @@ class EnvTest(StartStop):
 
         self._wait(proc, "waiting for etcd /health", ready)
 
-    def _start_apiserver(self) -> None:
-        self._port = free_port()
+    def _start_apiserver(self, keep_port: bool = False) -> None:
+        if not keep_port:
+            self._port = free_port()
         proc = self._spawn("kube-apiserver", self.apiserver_args())
         url = f"https://127.0.0.1:{self._port}/readyz"
 

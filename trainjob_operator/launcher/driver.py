@@ -113,7 +113,12 @@ class StatusPublisher(StatusTracker):
                 KIND, self.namespace, self.name, {"status": patch}, subresource="status"
             )
             self._last = patch
-        except (ApiError, ValueError) as exc:
+        except ApiError as exc:
+            # The API server is away (a restart, an upgrade) or refused: try again after
+            # min_interval, not only at the next change (the last report may be the change).
+            logger.warning("could not publish status (will retry): %s", exc)
+            self._dirty.set()
+        except ValueError as exc:
             # Never let one bad patch stop the publisher thread: the next change retries.
             logger.warning("could not publish status: %s", exc)
 
