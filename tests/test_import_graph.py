@@ -229,7 +229,7 @@ def test_the_launcher_loads_no_control_plane(module: str) -> None:
 #: names under ``trainer_runtime`` (a package stands for every module in it).
 RUNTIME_LAYERS: tuple[tuple[str, ...], ...] = (
     # leaves: the standard library (and the operator's dependency-free leaves) only
-    ("errors", "_layout", "tpu", "preemption"),
+    ("errors", "_layout", "tpu", "preemption", "_driver_metrics"),
     # storage owns its errors (StorageError) and knows only the leaves
     ("storage",),
     ("checkpoint", "reported_checkpoint", "_snapshot", "_metrics", "_raylet", "_fencing"),

@@ -5,8 +5,11 @@ controller does): ``INITIALIZING`` (take the run folder over, restore its checkp
 resume validations), ``SCHEDULING`` (start a worker group), ``RUNNING`` (apply its events),
 then ``FINISHED``, or, for an error that ended the attempt, whatever the
 :class:`~trainer_runtime._failure_policy.FailurePolicy` decides: ``RESTARTING`` (back to
-``SCHEDULING``) or ``ERRORED``. Ray Train's ``RESIZING`` has no counterpart: worker groups
-here have a fixed size.
+``SCHEDULING``) or ``ERRORED``. With elastic training (``ScalingConfig(num_workers=(min,
+max))``) the :mod:`~trainer_runtime._scaling_policy` decides each group's size in
+``SCHEDULING``, and a running group whose size no longer matches what the cluster can place
+goes through ``RESIZING`` (back to ``SCHEDULING``, from the latest checkpoint, not counted as
+a failure), as in Ray Train.
 
 The same :class:`RunCoordinator` bookkeeping backs the Ray controller here and
 the local / torchrun controllers in ``_local``.
@@ -22,10 +25,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from trainer_runtime import _driver_metrics
 from trainer_runtime._coordinator import RunCoordinator
 from trainer_runtime._events import WorkerFinishedEvent
 from trainer_runtime._failure_policy import DECIDED_ERRORS, FailureDecision, FailurePolicy
 from trainer_runtime._fencing import FenceCheck, FencedStorage, take_over
+from trainer_runtime._scaling_policy import ScalingPolicy, make_scaling_policy
 from trainer_runtime._validation import (
     BaseValidationDispatcher,
     RayValidationDispatcher,
@@ -51,6 +56,7 @@ from trainer_runtime.errors import (
     PreemptionError,
     PreemptionStop,
     TrainingFailedError,
+    UserConfigError,
     WorkerFailure,
     WorkerGroupError,
 )
@@ -84,6 +90,9 @@ class ControllerState(StrEnum):
     #: An attempt failed and the failure policy restarts (after a back-off, or at once for
     #: a preemption).
     RESTARTING = "restarting"
+    #: Elastic training: the running group's size no longer matches what the cluster can
+    #: place; it stops and a group of the new size starts from the latest checkpoint.
+    RESIZING = "resizing"
     #: Training finished (terminal).
     FINISHED = "finished"
     #: The run failed or stopped for a preemption; ``fit()`` raises (terminal).
@@ -101,11 +110,28 @@ STATE_TRANSITIONS: dict[ControllerState, frozenset[ControllerState]] = {
     ControllerState.SCHEDULING: frozenset(
         {ControllerState.RUNNING, ControllerState.RESTARTING, ControllerState.FINISHED}
     ),
-    ControllerState.RUNNING: frozenset({ControllerState.RESTARTING, ControllerState.FINISHED}),
+    ControllerState.RUNNING: frozenset(
+        {ControllerState.RESTARTING, ControllerState.RESIZING, ControllerState.FINISHED}
+    ),
     ControllerState.RESTARTING: frozenset({ControllerState.SCHEDULING}),
+    ControllerState.RESIZING: frozenset({ControllerState.SCHEDULING}),
     ControllerState.FINISHED: frozenset(),
     ControllerState.ERRORED: frozenset(),
 }
+
+
+class ResizeStop(Exception):
+    """Ends a running attempt whose group should have ``new_size`` workers (RESIZING)."""
+
+    def __init__(self, old_size: int, new_size: int) -> None:
+        super().__init__(f"resize the worker group from {old_size} to {new_size} workers")
+        self.old_size = old_size
+        self.new_size = new_size
+
+
+#: What ends an attempt early and is decided on by the run loop (not raised from ``fit()``
+#: as it is): the failure policy's errors, and a resize.
+ATTEMPT_ENDINGS: tuple[type[BaseException], ...] = (*DECIDED_ERRORS, ResizeStop)
 
 
 @dataclass
@@ -165,6 +191,10 @@ class BaseController:
         self.data_context: Any = capture_data_context() if spec.datasets else None
         #: With datasets: the current worker group's resources as registered with Ray Data.
         self._data_request: TrainingResourceRequest | None = None
+        #: The size of every worker group started, in order (``Result.world_sizes``).
+        self.world_sizes: list[int] = []
+        #: Groups stopped for RESIZING (``Result.resizes``; not counted as failures).
+        self.resizes = 0
 
     @property
     def failures(self) -> int:
@@ -217,6 +247,8 @@ class BaseController:
             best_checkpoint=best.checkpoint if best else None,
             restarts=self.failures,
             return_value=self.coordinator.return_value if error is None else None,
+            world_sizes=list(self.world_sizes),
+            resizes=self.resizes,
             _storage_filesystem=self.spec.run.storage_filesystem,
         )
 
@@ -243,6 +275,8 @@ class BaseController:
                     error = self._attempt()
                     if error is None:
                         self._enter(ControllerState.FINISHED)
+                    elif isinstance(error, ResizeStop):
+                        self._resize(error)
                     else:
                         self._recover(error)  # raises unless it restarts
                 if owner:
@@ -284,6 +318,10 @@ class BaseController:
         latest = self.manager.latest
         if latest is not None:
             logger.info("Resuming run %s from checkpoint %s", self.run_path, latest.path)
+        if owner:
+            _driver_metrics.serve_from_env()
+        _driver_metrics.note_run_start()
+        _driver_metrics.note_restored(latest.committed_at if latest is not None else None)
         validation = run.validation_config
         self.coordinator = RunCoordinator(
             self.manager,
@@ -311,9 +349,24 @@ class BaseController:
         try:
             self._run_attempt()
             self._after_success()
-        except DECIDED_ERRORS as exc:
+        except ATTEMPT_ENDINGS as exc:
             return exc
         return None
+
+    def _resize(self, stop: ResizeStop) -> None:
+        """RESIZING: the group stopped for a size that fits better; the next one starts from
+        the latest committed checkpoint (as Ray Train, not counted against max_failures)."""
+        self._enter(ControllerState.RESIZING)
+        self._cleanup_partial()
+        self.resizes += 1
+        logger.warning(
+            "Resizing the worker group from %d to %d workers; restarting from %s "
+            "(not counted against FailureConfig.max_failures)",
+            stop.old_size,
+            stop.new_size,
+            self.manager.latest.path if self.manager.latest else "scratch",
+        )
+        self.attempt += 1
 
     def _recover(self, exc: BaseException) -> None:
         """Carry out the failure policy's decision on ``exc``: RESTARTING (returns), or
@@ -332,6 +385,7 @@ class BaseController:
             raise self._fail(exc) from exc
         if action.decision is FailureDecision.RAISE_PREEMPTION:
             assert isinstance(exc, PreemptionStop)
+            _driver_metrics.note_preemption()
             self._enter(ControllerState.ERRORED)
             result = self.result(exc)
             call_all(self.spec.run.callbacks, "on_run_end", None, exc)
@@ -339,6 +393,8 @@ class BaseController:
         self._enter(ControllerState.RESTARTING)
         if action.decision is FailureDecision.RETRY_PREEMPTED:
             assert isinstance(exc, PreemptionStop)
+            _driver_metrics.note_preemption()
+            _driver_metrics.note_restart("preemption")
             info = exc.preemption_info
             logger.warning(
                 "Preemption of ranks %s (Ray nodes %s%s): restarting the worker group "
@@ -352,6 +408,7 @@ class BaseController:
                 _limit(failure_config.max_preemption_failures),
             )
         else:
+            _driver_metrics.note_restart("failure")
             logger.warning(
                 "Worker group failed (%s); restarting (failure %d of %s) in %.1f s from %s",
                 str(exc).splitlines()[0],
@@ -450,8 +507,71 @@ def _ensure_ray() -> None:
         ray.init(address="local", resources={"validation": 2.0}, log_to_driver=True)
 
 
+#: How long a group about to start may wait for resources a group just stopped still holds
+#: in Ray's view, when fewer than ``max_workers`` fit (Ray Train re-reads its reservations
+#: every second: ``GET_RESERVED_RESOURCES_INTERVAL_S``).
+RESOURCE_SETTLE_S = 1.0
+#: Seconds between two looks at the cluster while fewer than ``min_workers`` fit.
+SCALING_POLL_S = 1.0
+
+
 class RayController(BaseController):
     """Runs the workers as Ray actors."""
+
+    def __init__(self, spec: RunSpec) -> None:
+        super().__init__(spec)
+        self.scaling_policy: ScalingPolicy = make_scaling_policy(spec.scaling)
+        #: When the running group started (``time.monotonic()``), for the resize monitor.
+        self._group_started = 0.0
+
+    def _group_scaling(self) -> ScalingConfig:
+        """SCHEDULING: the scaling of the next group, at the size the policy decides.
+
+        Elastic: waits (looking every ``SCALING_POLL_S``) while fewer than ``min_workers``
+        fit, up to ``placement_timeout_s``; when fewer than ``max_workers`` fit, looks again
+        for up to ``RESOURCE_SETTLE_S`` so that the resources of a group just stopped count.
+        """
+        scaling = self.spec.scaling
+        if not scaling.elasticity_enabled:
+            return scaling
+        start = time.monotonic()
+        deadline = start + scaling.placement_timeout_s
+        first_fit: float | None = None
+        while True:
+            size = self.scaling_policy.decide_for_new_group()
+            now = time.monotonic()
+            if size is not None:
+                first_fit = now if first_fit is None else first_fit
+                if size >= scaling.max_workers or now - first_fit >= RESOURCE_SETTLE_S:
+                    return scaling.for_group(size)
+                time.sleep(0.2)
+                continue
+            if now >= deadline:
+                raise UserConfigError(
+                    f"could not place min_workers={scaling.min_workers} workers with "
+                    f"{scaling.worker_resources()} each within {scaling.placement_timeout_s:.0f}s "
+                    f"(ScalingConfig(num_workers={scaling.num_workers})); add nodes or lower "
+                    "min_workers/resources_per_worker"
+                )
+            time.sleep(min(SCALING_POLL_S, max(0.0, deadline - now)))
+
+    def _check_resize(self, group: Any) -> None:
+        """RUNNING: ask the policy whether the group should have another size (elastic only;
+        at most every ``elastic_resize_monitor_interval_s``); raise :class:`ResizeStop` if so."""
+        if not self.spec.scaling.elasticity_enabled:
+            return
+        held: dict[str, list[dict[str, float]]] = {}
+        for w, bundle in zip(group.workers, group.bundles, strict=False):
+            held.setdefault(w.node_id, []).append(bundle)
+        try:
+            size = self.scaling_policy.decide_for_running_group(
+                group.world_size, self._group_started, held
+            )
+        except Exception as exc:  # noqa: BLE001 - a failed look is retried next interval
+            logger.warning("Could not read the cluster's resources for resizing: %s", exc)
+            return
+        if size is not None and size != group.world_size:
+            raise ResizeStop(group.world_size, size)
 
     def _retries_preemption_in_place(self) -> bool:
         """A new worker group is placed off the preempted nodes: Ray schedules nothing new
@@ -463,12 +583,15 @@ class RayController(BaseController):
 
         _ensure_ray()
         spec = self.spec
-        group = self._make_group()
+        scaling = self._group_scaling()
+        group = self._make_group(scaling)
         shards: list[dict[str, Any]] = []
         try:
             group.start()
-            spec.backend.on_start(group, spec.scaling)
+            spec.backend.on_start(group, scaling)
             world = group.world_size
+            self.world_sizes.append(world)
+            self._group_started = time.monotonic()
             if spec.datasets:
                 # A new split for every worker group: its size, its workers' nodes.
                 shards = group_shards(
@@ -587,6 +710,7 @@ class RayController(BaseController):
                             finished.add(event.rank)
                     self.coordinator.tick()
                     self._watch_preemption(group)
+                    self._check_resize(group)
                     if self._data_request is not None:
                         self._data_request.renew()
                     if rank not in finished:
@@ -744,9 +868,9 @@ class RayController(BaseController):
                 logger.debug("ignoring event %r after failure: %s", event, exc)
         return done
 
-    def _make_group(self) -> Any:
+    def _make_group(self, scaling: ScalingConfig) -> Any:
         return WorkerGroup(
-            self.spec.scaling,
+            scaling,
             env=self.spec.run.worker_env,
             runtime_env=self.spec.run.worker_runtime_env,
             preload=self.spec.backend.preload,

@@ -30,6 +30,9 @@ class ReportEvent:
     #: default ``ValidationTaskConfig``); runs the trainer's ``ValidationConfig.fn``.
     validation: ValidationTaskConfig | None = None
     time: float = field(default_factory=time.time)
+    #: Seconds this rank's previous ``report()`` call took (None: this is its first), for
+    #: the driver's ``trainjob_train_report_blocked_seconds``.
+    previous_report_s: float | None = None
 
 
 @dataclass

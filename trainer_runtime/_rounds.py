@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer_runtime import _driver_metrics
 from trainer_runtime._events import Event, ReportEvent, UploadDoneEvent
 from trainer_runtime._preemption_state import PreemptionState
 from trainer_runtime._validation_routing import ValidationRouter
@@ -166,6 +167,8 @@ class RoundTracker:
             )
         rnd.reports[event.rank] = event
         self.report_counts[event.rank] = self.report_counts.get(event.rank, 0) + 1
+        _driver_metrics.note_report_blocked(event.previous_report_s)
+        _driver_metrics.note_report(event.rank, event.round, event.metrics)
         if event.rank == 0:
             self.latest_metrics = event.metrics
             self.latest_metrics_round = event.round
@@ -179,6 +182,8 @@ class RoundTracker:
         rnd.uploaded.add(event.rank)
         rnd.stored[event.rank] = event.stored
         self.bytes_uploaded += event.bytes
+        if event.seconds or event.bytes:  # not NO_UPLOAD's "stored in place"
+            _driver_metrics.note_upload(event.seconds, event.bytes)
         self.commit_ready()
 
     def claim(self, rank: int, round_index: int) -> bool:
@@ -265,6 +270,7 @@ class RoundTracker:
                 ) from exc
             raise WorkerFailure(message) from exc
         logger.info("Committed checkpoint %s (round %d)", uri, rnd.index)
+        _driver_metrics.note_commit(min(r.time for r in rnd.reports.values()), record.committed_at)
         call_all(self._callbacks, "on_checkpoint", record, self._manager.best())
         if request is not None:
             self._validation.submit(record, request)

@@ -16,6 +16,7 @@ import shutil
 import stat
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,8 @@ class TrainSession:
         self._sink = sink
         self.latest_checkpoint = latest_checkpoint
         self.next_round = round_offset
+        #: How long the previous ``report()`` call took (sent with the next report).
+        self._previous_report_s: float | None = None
         self._health_check = health_check
         self._max_pending = max_pending_uploads or int(
             os.environ.get("TRAINJOB_MAX_PENDING_UPLOADS", "2")
@@ -161,6 +164,34 @@ class TrainSession:
         uploaded by the runtime, now (SYNC) or in the background (ASYNC). The report event
         carries the validation to run once its round commits.
         """
+        started = time.monotonic()
+        try:
+            self._report(
+                metrics,
+                checkpoint,
+                checkpoint_dir_name,
+                checkpoint_upload_mode,
+                delete_local_checkpoint_after_upload,
+                validation,
+                validate_fn,
+                validate_config,
+                checkpoint_upload_fn,
+            )
+        finally:
+            self._previous_report_s = time.monotonic() - started
+
+    def _report(
+        self,
+        metrics: dict[str, Any],
+        checkpoint: Checkpoint | None,
+        checkpoint_dir_name: str | None,
+        checkpoint_upload_mode: CheckpointUploadMode | str | None,
+        delete_local_checkpoint_after_upload: bool | None,
+        validation: bool | ValidationTaskConfig,
+        validate_fn: Callable[..., Any] | None,
+        validate_config: dict[str, Any] | None,
+        checkpoint_upload_fn: Callable[[Checkpoint, str], Checkpoint] | None,
+    ) -> None:
         task = self._validation_task(validation, checkpoint)
         self._raise_if_run_failed()
         clean_metrics = validate_metrics(metrics)
@@ -172,7 +203,15 @@ class TrainSession:
         rank = self.context.world_rank
         if checkpoint is None:  # validate_fn and validate_config are ignored, as in Ray
             self.next_round += 1
-            self._sink(ReportEvent(rank, round_index, clean_metrics, upload_mode=mode.value))
+            self._sink(
+                ReportEvent(
+                    rank,
+                    round_index,
+                    clean_metrics,
+                    upload_mode=mode.value,
+                    previous_report_s=self._previous_report_s,
+                )
+            )
             return
 
         dest, folder_stat = self._checkpoint_destination(
@@ -191,6 +230,7 @@ class TrainSession:
             validate_fn=validate_fn,
             validate_config=validate_config,
             validation=task,
+            previous_report_s=self._previous_report_s,
         )
         if mode is CheckpointUploadMode.NO_UPLOAD:
             self._report_stored(event, dest)

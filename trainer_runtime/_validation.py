@@ -38,6 +38,7 @@ from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from trainer_runtime import _driver_metrics
 from trainer_runtime._metrics import validate_metrics
 from trainer_runtime.checkpoint import Checkpoint
 from trainer_runtime.checkpoint_manager import CheckpointRecord, CheckpointStatus
@@ -336,6 +337,7 @@ class BaseValidationDispatcher(ABC):
     ) -> None:
         # The coordinator's lock is taken without holding ours (the coordinator calls
         # submit() while holding its lock).
+        _driver_metrics.note_validation_done(time.monotonic() - job.queued_at)
         try:
             self._apply(job, metrics, error, status)
         except Exception as exc:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from trainer_runtime import _driver_metrics
 from trainer_runtime._events import ReportEvent
 from trainer_runtime.callbacks import Callback, call_all
 from trainer_runtime.checkpoint_manager import (
@@ -160,6 +161,7 @@ class ValidationRouter:
         self, pending: int, running: int, queued: int, waiting: int
     ) -> None:
         """Tell callbacks the validation demand (the operator sizes the pool by it)."""
+        _driver_metrics.note_validation_queue(queued, running)
         call_all(self._callbacks, "on_validation_demand", pending, running)
         call_all(self._callbacks, "on_validation_queue", queued, running, waiting)
 

@@ -94,6 +94,14 @@ def _add_run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="also write the final TrainJob status to FILE (.json for JSON, else YAML)",
     )
     parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve the training's Prometheus metrics on PORT (/metrics) while it runs, as a "
+        "driver pod does (default: $TRAINJOB_METRICS_PORT, else not served)",
+    )
+    parser.add_argument(
         "--verbose",
         "-v",
         action="store_true",

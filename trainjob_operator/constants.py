@@ -16,6 +16,7 @@ __all__ = [
     "ATTEMPT_LABEL",
     "DEFAULT_TERMINATION_GRACE_S",
     "DRIVER_INVALID_INPUT_EXIT_CODE",
+    "DRIVER_METRICS_PORT",
     "DRIVER_PREEMPTED_EXIT_CODE",
     "FINALIZER",
     "GROUP",
@@ -26,6 +27,7 @@ __all__ = [
     "LABEL_PREFIX",
     "LAST_DEMAND_ANNOTATION",
     "MANAGED_BY_LABEL",
+    "METRICS_PORT_ENV",
     "NAME_LABEL",
     "PLURAL",
     "ROLE_LABEL",
@@ -63,6 +65,12 @@ runtime (:mod:`trainer_runtime.preemption`) and the Ray node process
 (:mod:`trainjob_operator.launcher.ray_node`) read it to date a preemption notice."""
 DEFAULT_TERMINATION_GRACE_S = 30
 """Kubernetes' default ``terminationGracePeriodSeconds``."""
+METRICS_PORT_ENV = "TRAINJOB_METRICS_PORT"
+"""The port the driver serves its training metrics on (``/metrics``; unset or 0: not served).
+The operator sets it in every driver pod (:data:`DRIVER_METRICS_PORT`); ``trainjob run
+--metrics-port`` sets it too; :mod:`trainer_runtime._driver_metrics` reads it."""
+DRIVER_METRICS_PORT = 9091
+"""The driver pod's metrics port (its container port named ``metrics``)."""
 DRIVER_INVALID_INPUT_EXIT_CODE = 2
 """The driver's exit status when its own checks of the TrainJob failed (entrypoint not
 importable, bad config): no restart can fix it, so by default the job fails at once."""

@@ -26,7 +26,7 @@ import yaml
 from trainer_runtime.errors import TrainerRuntimeError
 from trainjob_operator.api.errors import ManifestError
 from trainjob_operator.api.manifest import load_trainjobs
-from trainjob_operator.constants import API_VERSION, KIND
+from trainjob_operator.constants import API_VERSION, KIND, METRICS_PORT_ENV
 from trainjob_operator.launcher.progress import (
     DisplayLogHandler,
     ProgressDisplay,
@@ -255,6 +255,10 @@ def run_command(args: argparse.Namespace) -> int:
     if args.num_workers is not None and args.num_workers < 0:
         print("--num-workers: must be >= 0 (0 runs in this process)", file=sys.stderr)
         return EXIT_INVALID
+    metrics_port = getattr(args, "metrics_port", None)
+    if metrics_port is not None:
+        # read by the run's controller when it starts (trainer_runtime._driver_metrics)
+        os.environ[METRICS_PORT_ENV] = str(metrics_port)
     try:
         # The manifest's entrypoints are imported from the current folder (documented).
         plan = _plan_run(
