@@ -54,6 +54,7 @@ def test_driver_env() -> None:
         "TRAINJOB_ATTEMPT": "1",
         "TRAINJOB_TERMINATION_GRACE_PERIOD_S": "30",
         "PYTHONUNBUFFERED": "1",
+        "TRAINJOB_METRICS_PORT": "9091",
         **ray_auth_env("dj"),
         "WANDB_MODE": "offline",
     }
@@ -249,3 +250,15 @@ def test_driver_script_joins_at_the_second_try_after_a_transient_failure(tmp_pat
     done = subprocess.run(container(pod)["command"], env=env_vars, timeout=30, capture_output=True)
     assert done.returncode == 0, done
     assert calls.read_text().split() == ["health-check", "start", "stop", "start", "python"]
+
+
+def test_driver_serves_its_training_metrics_on_a_named_port_with_scrape_annotations() -> None:
+    pod = render_driver_pod(make_job(name="dj"), uid=UID)
+    assert container(pod)["ports"] == [
+        {"name": "metrics", "containerPort": 9091, "protocol": "TCP"}
+    ]
+    assert env(pod)["TRAINJOB_METRICS_PORT"] == "9091"
+    annotations = pod["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == "9091"
+    assert annotations["prometheus.io/path"] == "/metrics"

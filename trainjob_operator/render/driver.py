@@ -42,7 +42,14 @@ import json
 from typing import Any
 
 from trainjob_operator.api.trainjob import TrainJob
-from trainjob_operator.constants import API_VERSION, GROUP, KIND, PLURAL
+from trainjob_operator.constants import (
+    API_VERSION,
+    DRIVER_METRICS_PORT,
+    GROUP,
+    KIND,
+    METRICS_PORT_ENV,
+    PLURAL,
+)
 from trainjob_operator.render.context import (
     RenderContext,
     build_context,
@@ -60,6 +67,7 @@ from trainjob_operator.render.ray import wait_for_head_script
 __all__ = [
     "DRIVER_MAIN_MODULE",
     "DRIVER_MANIFEST_ENV",
+    "DRIVER_SCRAPE_ANNOTATIONS",
     "MAX_ENV_VALUE_BYTES",
     "OPERATOR_ONLY_FIELDS",
     "driver_manifest",
@@ -95,6 +103,15 @@ OPERATOR_ONLY_FIELDS: dict[str, tuple[str, ...]] = {
 }
 """camelCase spec fields (by parent, ``""`` = spec) left out of the driver's copy."""
 
+
+DRIVER_SCRAPE_ANNOTATIONS = {
+    "prometheus.io/scrape": "true",
+    "prometheus.io/port": str(DRIVER_METRICS_PORT),
+    "prometheus.io/path": "/metrics",
+}
+"""The driver pod's training metrics (:mod:`trainer_runtime._driver_metrics`, served on the
+container port ``metrics``), for a Prometheus that discovers pods by these annotations; the
+chart's PodMonitor (``monitoring.driverPodMonitor``) selects the same pods by label."""
 
 DRIVER_TOKEN_VOLUME = "driver-api-token"
 """The driver's API token volume (the ``<job>-driver-token`` Secret) when it runs as the
@@ -190,7 +207,9 @@ def render_driver_pod(
     """The driver pod ``<job>-driver`` (``restartPolicy: Never``).
 
     Env: ``RAY_ADDRESS`` (head GCS address), ``TRAINJOB_NAME``, ``TRAINJOB_NAMESPACE``,
-    ``TRAINJOB_ATTEMPT``, :data:`DRIVER_MANIFEST_ENV`, then ``spec.env``. Runs as
+    ``TRAINJOB_ATTEMPT``, :data:`DRIVER_MANIFEST_ENV`, ``TRAINJOB_METRICS_PORT``, then
+    ``spec.env``. The training metrics are served on the container port ``metrics``
+    (:data:`DRIVER_SCRAPE_ANNOTATIONS`). Runs as
     :func:`driver_service_account_name`. Resources: ``options.driver_resources``, or
     ``resourcesPerWorker`` in local mode (``numWorkers: 0``). Not part of the Kueue gang.
 
@@ -208,6 +227,7 @@ def driver_pod(ctx: RenderContext) -> dict[str, Any]:
         *common_env(ctx),
         env_var(DRIVER_MANIFEST_ENV, _manifest_json(ctx)),
         env_var("PYTHONUNBUFFERED", "1"),
+        env_var(METRICS_PORT_ENV, str(DRIVER_METRICS_PORT)),
     ]
     # Under the storage account the per-job account's token comes from its Secret.
     borrowed = ctx.storage_service_account is not None
@@ -218,6 +238,7 @@ def driver_pod(ctx: RenderContext) -> dict[str, Any]:
         command=driver_command(ctx),
         env=env,
         resources=placement.resources,
+        ports=[("metrics", DRIVER_METRICS_PORT)],
         extra_mounts=(
             [{"name": DRIVER_TOKEN_VOLUME, "mountPath": token_path, "readOnly": True}]
             if borrowed
@@ -232,6 +253,7 @@ def driver_pod(ctx: RenderContext) -> dict[str, Any]:
         placement=placement,
         service_account=driver_service_account_name(ctx.job),
         api_token=not borrowed,
+        annotations=DRIVER_SCRAPE_ANNOTATIONS,
         extra_volumes=(
             [
                 {
