@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from trainer_runtime.callbacks import Callback, UserCallback
@@ -52,9 +52,19 @@ class ScalingConfig:
     label scheduling, as ``bundle_label_selector`` of the workers' placement group), one dict
     for every worker or a list of one dict per worker; not with a multi-host TPU request
     (the slice is chosen by the runtime), as in Ray Train.
+
+    Elastic training, as in Ray Train 2.60: ``num_workers=(min_workers, max_workers)``
+    starts with as many workers as the Ray cluster can place now (at most ``max_workers``,
+    waiting up to ``placement_timeout_s`` for ``min_workers``), continues with fewer (down to
+    ``min_workers``) when a lost worker cannot be replaced, and grows back when the cluster
+    has room again: every ``elastic_resize_monitor_interval_s`` seconds the running group's
+    size is compared with what fits, and a different size restarts the group from the latest
+    committed checkpoint (see :mod:`trainer_runtime._scaling_policy`). A tuple is never local
+    mode; ``label_selector`` as a list has one entry per worker up to ``max_workers``; with
+    TPUs both bounds are multiples of the hosts per slice (whole slices come and go).
     """
 
-    num_workers: int = 1
+    num_workers: int | tuple[int, int] = 1
     use_gpu: bool = False
     resources_per_worker: dict[str, float] | None = None
     placement_strategy: str = "PACK"
@@ -68,14 +78,12 @@ class ScalingConfig:
     placement_timeout_s: float = 600.0
     #: Ray node labels the workers' nodes must have: one selector for all, or one per worker.
     label_selector: dict[str, str] | list[dict[str, str]] | None = None
+    #: Elastic training (``num_workers=(min, max)``): while the worker group runs, how often
+    #: (seconds) its size is compared with what the cluster can place (Ray Train's field).
+    elastic_resize_monitor_interval_s: float = 60.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.num_workers, int) or isinstance(self.num_workers, bool):
-            raise ValueError(f"ScalingConfig.num_workers must be an int, got {self.num_workers!r}")
-        if self.num_workers < 0:
-            raise ValueError(
-                f"ScalingConfig.num_workers must be >= 0 (0 = local mode), got {self.num_workers}"
-            )
+        self._check_num_workers()
         if self.use_gpu and self.use_tpu:
             raise ValueError(
                 "ScalingConfig: use_gpu and use_tpu are mutually exclusive; set only one"
@@ -101,22 +109,30 @@ class ScalingConfig:
                 f"ScalingConfig.num_slices must be an int >= 1 (0: inferred), got "
                 f"{self.num_slices!r}"
             )
-        if self.use_tpu and self.topology is None and self.num_workers <= 1:
+        if self.use_tpu and self.topology is None and self.max_workers <= 1:
             validate_single_host_tpu(
                 self.accelerator_type, self.num_slices, self.resources_per_worker
             )
             self.num_slices = 1
         elif self.use_tpu:
             self.num_slices = infer_num_slices(
-                self.num_workers, self.accelerator_type, self.topology, self.num_slices
+                self.max_workers, self.accelerator_type, self.topology, self.num_slices
             )
-            validate_tpu_scaling(
-                num_workers=self.num_workers,
+            shape = validate_tpu_scaling(
+                num_workers=self.max_workers,
                 topology=self.topology,
                 accelerator_type=self.accelerator_type,
                 num_slices=self.num_slices,
                 resources_per_worker=self.resources_per_worker,
             )
+            if self.min_workers % shape.hosts != 0:
+                # Ray Train 2.60's sentence.
+                raise ValueError(
+                    f"The configured `min_workers` ({self.min_workers}) must be a multiple of "
+                    f"{shape.hosts} for the specified topology ({shape.topology}). TPU "
+                    "workloads typically require symmetric resource distribution across all "
+                    "slices to function correctly."
+                )
         else:
             given = [
                 name
@@ -135,6 +151,75 @@ class ScalingConfig:
             self.num_slices = 1
         self._check_label_selector()
 
+    def _check_num_workers(self) -> None:
+        """Ray Train 2.60's checks of ``num_workers`` (an int, or ``(min, max)``) and of
+        ``elastic_resize_monitor_interval_s``, with its sentences (users match their text)."""
+        value = self.num_workers
+        is_fixed = isinstance(value, int) and not isinstance(value, bool)
+        is_elastic = (
+            isinstance(value, tuple)
+            and len(value) == 2
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in value)
+        )
+        if not (is_fixed or is_elastic):
+            raise ValueError(
+                f"ScalingConfig(num_workers) must be an int or a tuple of two ints. Got {value!r}."
+            )
+        interval = self.elastic_resize_monitor_interval_s
+        if isinstance(interval, bool) or not isinstance(interval, int | float) or interval < 0:
+            raise ValueError(
+                "ScalingConfig(elastic_resize_monitor_interval_s) must be non-negative. "
+                f"Got {interval!r}."
+            )
+        if self.min_workers < 0:
+            ours = f" ScalingConfig.num_workers must be >= 0 (0 = local mode), got {value}"
+            raise ValueError(
+                f"Invalid ScalingConfig(num_workers={value}): "
+                f"Number of workers cannot be negative.{ours if is_fixed else ''}"
+            )
+        if self.min_workers > self.max_workers:
+            raise ValueError(
+                f"Invalid ScalingConfig(num_workers={value}): "
+                f"min_workers={self.min_workers} must be <= max_workers={self.max_workers}."
+            )
+        if is_elastic and self.max_workers < 1:
+            # Ray accepts (0, 0) and then has no worker to start; a tuple is never local mode.
+            raise ValueError(
+                f"Invalid ScalingConfig(num_workers={value}): max_workers must be >= 1 (a "
+                "(min_workers, max_workers) tuple runs Ray workers; num_workers=0 is local mode)."
+            )
+
+    @property
+    def elasticity_enabled(self) -> bool:
+        """Whether ``num_workers`` is a ``(min_workers, max_workers)`` tuple (Ray Train's)."""
+        return isinstance(self.num_workers, tuple)
+
+    @property
+    def min_workers(self) -> int:
+        """The fewest workers a group runs with (``num_workers`` when fixed)."""
+        return self.num_workers if isinstance(self.num_workers, int) else self.num_workers[0]
+
+    @property
+    def max_workers(self) -> int:
+        """The most workers a group runs with (``num_workers`` when fixed)."""
+        return self.num_workers if isinstance(self.num_workers, int) else self.num_workers[1]
+
+    def for_group(self, num_workers: int) -> ScalingConfig:
+        """This configuration for one worker group of ``num_workers`` (a fixed int): what the
+        worker group and the backend of one attempt see. A list ``label_selector`` keeps its
+        first ``num_workers`` entries, as Ray Train's ``_label_selector_per_worker``."""
+        if not self.elasticity_enabled and num_workers == self.num_workers:
+            return self
+        selector = self.label_selector
+        if isinstance(selector, list):
+            selector = [dict(s) for s in selector[:num_workers]]
+        return replace(
+            self,
+            num_workers=num_workers,
+            num_slices=0 if self.use_tpu and self.topology is not None else self.num_slices,
+            label_selector=selector,
+        )
+
     def _check_label_selector(self) -> None:
         selector = self.label_selector
         if selector is None:
@@ -148,29 +233,31 @@ class ScalingConfig:
                     "ScalingConfig.label_selector must be a dict of label -> value strings "
                     f"(or a list of them, one per worker), got {item!r}"
                 )
-        if isinstance(selector, list) and len(selector) != self.num_workers:
+        if isinstance(selector, list) and len(selector) != self.max_workers:
             raise ValueError(
                 "If `label_selector` is a list, it must be the same length as "
                 f"`max_workers` (or `num_workers` when fixed): got {len(selector)} selectors "
                 f"for num_workers={self.num_workers}."
             )
-        if self.use_tpu and self.num_workers > 1:
+        if self.use_tpu and self.max_workers > 1:
             raise ValueError(
                 "Cannot set `label_selector` when `use_tpu=True` because "
                 "Ray Train automatically reserves a TPU slice with a predefined label."
             )
 
     def label_selector_per_worker(self) -> list[dict[str, str]] | None:
-        """``label_selector`` as one dict per worker (None: no label constraint)."""
+        """``label_selector`` as one dict per worker, up to ``max_workers`` (None: no label
+        constraint)."""
         if self.label_selector is None:
             return None
         if isinstance(self.label_selector, list):
             return [dict(s) for s in self.label_selector]
-        return [dict(self.label_selector) for _ in range(self.num_workers)]
+        return [dict(self.label_selector) for _ in range(self.max_workers)]
 
     @property
     def local_mode(self) -> bool:
-        """True when the train function runs without Ray (``num_workers=0``)."""
+        """True when the train function runs without Ray (``num_workers=0``; a
+        ``(min, max)`` tuple never is, as in Ray Train)."""
         return self.num_workers == 0
 
     @property
@@ -185,7 +272,8 @@ class ScalingConfig:
     @property
     def total_resources(self) -> dict[str, float]:
         """Ray Train's property: the resources all workers ask for together, each entry of
-        :meth:`worker_resources` times ``num_workers`` (entries of 0 left out, as in Ray).
+        :meth:`worker_resources` times ``num_workers`` (``max_workers`` when elastic: an
+        upper bound, as in Ray), entries of 0 left out, as in Ray.
 
         Equal to Ray Train 2.60's for CPU workers and explicit ``resources_per_worker``;
         where the workers' requests differ from Ray Train's, this is what the runtime asks
@@ -194,7 +282,7 @@ class ScalingConfig:
         host (Ray Train adds 1 CPU and an ``accelerator_type:`` resource per worker).
         """
         return {
-            key: value * self.num_workers
+            key: value * self.max_workers
             for key, value in self.worker_resources().items()
             if value != 0
         }

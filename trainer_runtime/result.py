@@ -41,6 +41,13 @@ class Result:
     #: What the train function returned on rank 0 (in local mode: in this process), or None
     #: when it returned nothing or the run failed, as Ray Train 2.60's ``Result.return_value``.
     return_value: Any = None
+    #: The number of workers of every worker group the run started, in order (one entry per
+    #: attempt; with ``ScalingConfig(num_workers=(min, max))`` they differ as the run
+    #: shrinks and grows; empty in local mode and for :meth:`from_path`).
+    world_sizes: list[int] = field(default_factory=list)
+    #: Worker groups stopped to resize (elastic training's RESIZING); not in ``restarts``,
+    #: which counts failures against ``FailureConfig.max_failures``.
+    resizes: int = 0
     #: ``RunConfig.storage_filesystem`` (see :attr:`filesystem`).
     _storage_filesystem: Any = field(default=None, repr=False)
 
