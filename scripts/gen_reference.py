@@ -527,6 +527,11 @@ _CALL_EFFECTS = {
         "condition `Restarting`, phase `Restarting`, or `Failed` as `failure.rules` decide",
         "Warning",
     ),
+    "disrupted": (
+        "condition `Restarting`, phase `Restarting` (not counted by default), or as "
+        "`failure.rules` on `DisruptionTarget` decide; `status.restartHistory`",
+        "Warning",
+    ),
     "set_phase": ("phase and `status.message`", "Normal"),
 }
 
@@ -667,7 +672,12 @@ def _phase_moves(path: Path) -> list[tuple[str, str, str]]:
     """(function, target phase, reason) of every phase change in the planner's source."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     moves: list[tuple[str, str, str]] = []
-    targets = {"fail": "Failed", "restart": "Restarting", "pod_failed": "Restarting or Failed"}
+    targets = {
+        "fail": "Failed",
+        "restart": "Restarting",
+        "pod_failed": "Restarting or Failed",
+        "disrupted": "Restarting (or Failed as `failure.rules` decide)",
+    }
     for func in tree.body:
         if not isinstance(func, ast.FunctionDef):
             continue

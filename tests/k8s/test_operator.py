@@ -581,18 +581,27 @@ def test_child_rejected_by_the_api_server_fails_the_job_once(
 # --------------------------------------------------------------------------- failures
 
 
-def test_head_pod_loss_restarts_the_whole_cluster(
+def test_head_or_driver_pod_deleted_by_someone_else_restarts_without_using_max_restarts(
     kube: KubeClient, operator: RunningOperator
 ) -> None:
+    """``kubectl delete pod`` (no DisruptionTarget condition) with the default maxRestarts 0:
+    the driver's deletion seen while it terminates (a finalizer holds it here, where no
+    kubelet ends it), then the next attempt's head gone at once: two restarts, neither
+    counted, each recorded with its cause."""
     ns = operator.namespace
-    make_job(kube, ns, failure={"maxRestarts": 1})
+    make_job(kube, ns)
     wait_for("4 pods", lambda: len(pods(kube, ns)) == 4)
     make_all_ready(kube, ns)
     wait_phase(kube, ns, "Running")
-    kube.delete("Pod", ns, by_role(kube, ns, "head")[0])
+    driver = by_role(kube, ns, "driver")[0]
+    kube.patch("Pod", ns, driver, {"metadata": {"finalizers": ["example.test/hold"]}})
+    kube.delete("Pod", ns, driver)
     status = wait_for("restart 1", lambda: (s := job_status(kube, ns)).get("restarts") == 1 and s)
     restarting = {c["type"]: c for c in status["conditions"]}["Restarting"]
-    assert restarting["reason"] == "HeadOrDriverLost"
+    assert restarting["reason"] == "DriverDisrupted"
+    assert f"pod {driver} deleted (deletionTimestamp " in restarting["message"]
+    assert "not counted against maxRestarts=0" in restarting["message"]
+    kube.patch("Pod", ns, driver, {"metadata": {"finalizers": None}})
     wait_for(
         "attempt-1 cluster",
         lambda: (
@@ -600,6 +609,16 @@ def test_head_pod_loss_restarts_the_whole_cluster(
             and all(x["metadata"]["labels"]["trainjob.dev/attempt"] == "1" for x in p.values())
         ),
     )
+    make_all_ready(kube, ns)
+    wait_phase(kube, ns, "Running")
+    kube.delete("Pod", ns, by_role(kube, ns, "head")[0])
+    status = wait_for("restart 2", lambda: (s := job_status(kube, ns)).get("restarts") == 2 and s)
+    assert status["ignoredRestarts"] == 2
+    first, second = status["restartHistory"]
+    assert (first["reason"], first["counted"]) == ("DriverDisrupted", False)
+    assert (second["reason"], second["counted"]) == ("HeadDisrupted", False)
+    assert "disappeared while Running" in second["message"]
+    wait_for("HeadDisrupted event", lambda: events(kube, ns, "HeadDisrupted"))
 
 
 def test_max_restarts_exhausted_fails_with_the_reason_and_termination(

@@ -95,7 +95,7 @@ def test_a_disrupted_head_restarts_without_using_max_restarts(
     status = wait_for("restart 1", lambda: (s := job_status(kube, ns)).get("restarts") == 1 and s)
     assert status["ignoredRestarts"] == 1
     restarting = {c["type"]: c for c in status["conditions"]}["Restarting"]
-    assert restarting["reason"] == "PodDisrupted"
+    assert restarting["reason"] == "HeadDisrupted"
     assert "not counted against maxRestarts=0" in restarting["message"]
     assert status["restartHistory"][0]["counted"] is False
     attempt_pods(kube, ns, 1, 4)  # no back-off for a disruption

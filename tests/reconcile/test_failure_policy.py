@@ -14,7 +14,11 @@ from tests.reconcile.test_plan import NOW, _desired, _job, _pod, _running
 from trainjob_operator.api import FieldError, ManifestError, RestartBackoff, parse_trainjob
 from trainjob_operator.api.spec import DEFAULT_FAILURE_RULES, FailureRuleAction
 from trainjob_operator.api.status import RESTART_HISTORY_LIMIT
-from trainjob_operator.constants import DRIVER_PREEMPTED_EXIT_CODE
+from trainjob_operator.constants import (
+    DRIVER_PREEMPTED_EXIT_CODE,
+    SPEC_GENERATION_ANNOTATION,
+    SPEC_HASH_ANNOTATION,
+)
 from trainjob_operator.reconcile.failure_rules import INVALID_INPUT_EXIT_CODE, decide_pod_failure
 from trainjob_operator.reconcile.pods import pod_disrupted
 from trainjob_operator.reconcile.state_machine import plan_reconcile
@@ -292,16 +296,99 @@ def test_a_head_being_evicted_restarts_before_it_is_gone() -> None:
     job = _job(failure={"maxRestarts": 0})
     observed = _running()
     _disrupted(observed[0])  # the head: Running, terminating, DisruptionTarget
+    observed[0]["spec"] = {"nodeName": "node-a"}
     plan = plan_reconcile(job, {"phase": "Running"}, observed, _desired(), NOW)
     assert plan.status["phase"] == "Restarting"
-    assert _condition(plan.status, "Restarting")["reason"] == "PodDisrupted"
-    assert plan.status["restartHistory"][0]["reason"] == "PodDisrupted"
-    assert "tj-head disrupted" in plan.status["message"]
-    # A terminating head without a disruption condition is not a restart by itself.
+    assert _condition(plan.status, "Restarting")["reason"] == "HeadDisrupted"
+    [record] = plan.status["restartHistory"]
+    assert record["reason"] == "HeadDisrupted" and record["counted"] is False
+    # Which pod, on which node, and why.
+    assert (
+        "Ray head pod tj-head on node node-a disrupted (DisruptionTarget PreemptionByScheduler)"
+        in plan.status["message"]
+    )
+    assert [e.reason for e in plan.events][-1] == "HeadDisrupted"
+
+
+@pytest.mark.parametrize("ended", [False, True], ids=["still-running", "ended"])
+@pytest.mark.parametrize(
+    ("role", "reason"), [("head", "HeadDisrupted"), ("driver", "DriverDisrupted")]
+)
+def test_a_head_or_driver_pod_deleted_by_someone_else_is_a_disruption(
+    role: str, reason: str, ended: bool
+) -> None:
+    """``kubectl delete pod``, a drain without the eviction API, a controller: only the
+    ``deletionTimestamp`` says so (no DisruptionTarget condition). With the defaults
+    (maxRestarts 0) the job restarts from the latest checkpoint, not counted, whether the
+    operator sees the pod still terminating or already ended (the driver exits 15 or 3, the
+    head's container ends with its Ray)."""
+    job = _job()
     observed = _running()
-    observed[0]["metadata"]["deletionTimestamp"] = "2026-12-01T11:59:59Z"
-    quiet = plan_reconcile(job, {"phase": "Running"}, observed, _desired(), NOW)
-    assert quiet.status["phase"] == "Running"
+    pod = next(p for p in observed if p["metadata"]["labels"]["trainjob.dev/role"] == role)
+    pod["metadata"]["deletionTimestamp"] = "2026-12-01T11:59:59Z"
+    if ended:
+        _terminated(pod, 143, container=role)
+    plan = plan_reconcile(job, {"phase": "Running"}, observed, _desired(), NOW)
+    status = plan.status
+    assert status["phase"] == "Restarting" and status["restarts"] == 1
+    assert status["ignoredRestarts"] == 1 and status["nextAttemptTime"] is None
+    [record] = status["restartHistory"]
+    assert record["reason"] == reason and record["counted"] is False
+    assert f"pod tj-{role} deleted (deletionTimestamp 2026-12-01T11:59:59Z)" in record["message"]
+    assert "not counted against maxRestarts=0" in record["message"]
+    assert _condition(status, "Restarting")["reason"] == reason
+
+
+def test_a_driver_that_failed_because_its_head_was_deleted_is_the_heads_disruption() -> None:
+    job = _job()
+    observed = _running()
+    observed[0]["metadata"]["deletionTimestamp"] = "2026-12-01T11:59:59Z"  # the head
+    _terminated(observed[-1], 1)  # the driver lost its Ray cluster
+    plan = plan_reconcile(job, {"phase": "Running"}, observed, _desired(), NOW)
+    assert plan.status["phase"] == "Restarting"
+    assert plan.status["restartHistory"][0]["reason"] == "HeadDisrupted"
+    # The head already gone: the same (the job was Running).
+    gone = [p for p in _running() if p["metadata"]["name"] != "tj-head"]
+    _terminated(gone[-1], 1)
+    plan = plan_reconcile(job, {"phase": "Running"}, gone, _desired(), NOW)
+    [record] = plan.status["restartHistory"]
+    assert record["reason"] == "HeadDisrupted" and record["counted"] is False
+    assert "Ray head pod tj-head disappeared while Running" in record["message"]
+
+
+def test_every_pod_deleted_at_once_is_one_disruption_naming_them() -> None:
+    observed = _running()
+    for pod in observed:
+        pod["metadata"]["deletionTimestamp"] = "2026-12-01T11:59:59Z"
+    plan = plan_reconcile(_job(), {"phase": "Running"}, observed, _desired(), NOW)
+    [record] = plan.status["restartHistory"]
+    assert record["reason"] == "HeadDisrupted" and record["counted"] is False
+    assert "also going: tj-driver, tj-w0, tj-w1" in record["message"]
+    assert plan.delete == []  # every pod is already being deleted
+
+
+def test_a_head_that_ended_on_its_own_or_is_replaced_for_a_spec_change_is_no_disruption() -> None:
+    """The head killed from inside (its process crashed, nobody deleted the pod) is a
+    failure, counted against maxRestarts; a head the operator deletes itself to apply a
+    spec change is not someone else's disruption."""
+    job = _job()
+    crashed = _running()
+    _terminated(crashed[0], 137, container="ray-head")
+    plan = plan_reconcile(job, {"phase": "Running"}, crashed, _desired(), NOW)
+    assert plan.status["phase"] == "Failed"
+    assert "HeadFailed" in [e.reason for e in plan.events]
+    assert "maxRestarts=0 exhausted" in plan.status["message"]
+
+    desired = _desired()
+    desired[0]["metadata"]["annotations"] = {SPEC_HASH_ANNOTATION: "new"}
+    replaced = _running()
+    replaced[0]["metadata"]["annotations"] = {
+        SPEC_HASH_ANNOTATION: "old",
+        SPEC_GENERATION_ANNOTATION: "2",
+    }
+    replaced[0]["metadata"]["deletionTimestamp"] = "2026-12-01T11:59:59Z"
+    plan = plan_reconcile(job, {"phase": "Running"}, replaced, desired, NOW, generation=3)
+    assert plan.status["phase"] == "Running" and not plan.status.get("restartHistory")
 
 
 def test_a_rule_can_count_disruptions_too() -> None:

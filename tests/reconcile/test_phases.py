@@ -150,7 +150,12 @@ def test_lost_head_or_driver_restarts_only_a_running_job() -> None:
     r = _reconcile(job, {"phase": "Running"}, without_head, _desired())
     assert check_lost_pods_if_needed(r)
     assert r.status.phase == Phase.RESTARTING and r.status.restarts == 1
-    assert [e.reason for e in r.plan.events] == ["HeadOrDriverLost"]
+    assert r.status.ignored_restarts == 1  # a disruption: not counted
+    assert [e.reason for e in r.plan.events] == ["HeadDisrupted"]
+    without_driver = [p for p in _running() if p["metadata"]["name"] != "tj-driver"]
+    r = _reconcile(job, {"phase": "Running"}, without_driver, _desired())
+    assert check_lost_pods_if_needed(r)
+    assert [e.reason for e in r.plan.events] == ["DriverDisrupted"]
     starting = plan_reconcile(job, {"phase": "Starting"}, without_head, _desired(), NOW)
     assert starting.status["phase"] == "Starting"  # still being created: no restart
     assert _names_of(starting.create) == ["tj-head"]

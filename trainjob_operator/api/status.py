@@ -103,9 +103,12 @@ class Reason(StrEnum):
     # whole-cluster restarts (operator)
     DRIVER_FAILED = "DriverFailed"
     HEAD_FAILED = "HeadFailed"
-    HEAD_OR_DRIVER_LOST = "HeadOrDriverLost"
-    #: a head or driver pod preempted, evicted or drained (not counted against maxRestarts)
-    POD_DISRUPTED = "PodDisrupted"
+    #: the Ray head's pod taken away by someone other than the operator: preempted, evicted,
+    #: drained, deleted, its node gone, or gone while Running (not counted against maxRestarts)
+    HEAD_DISRUPTED = "HeadDisrupted"
+    #: the driver's pod taken away by someone other than the operator, as for the head (not
+    #: counted against maxRestarts)
+    DRIVER_DISRUPTED = "DriverDisrupted"
     # failures that no restart can fix (operator)
     INVALID_INPUT = "InvalidInput"
     INVALID_SPEC = "InvalidSpec"
@@ -214,7 +217,8 @@ class RestartRecord(ApiModel):
     )
     slice: int | None = Field(default=None, ge=0, description="The slice index (scope Slice).")
     reason: str = Field(
-        description="CamelCase cause (DriverFailed, HeadFailed, PodDisrupted, WorkerPodLost...).",
+        description="CamelCase cause (DriverFailed, HeadFailed, HeadDisrupted, DriverDisrupted, "
+        "SliceRecovered...).",
         json_schema_extra={"pattern": _CONDITION_REASON_PATTERN},
     )
     message: str = Field(default="", description="What happened (the pod and how it ended).")

@@ -1,9 +1,9 @@
 """Pod facts: what the planner reads off a pod or any child (pure functions of one object).
 
-Phase, readiness, labels (role, attempt, slice), annotations (spec hash), deletion, how its
-containers ended (:class:`Termination`), its conditions and whether Kubernetes is taking it
-away (:func:`pod_disrupted`), and why pods are not running (:func:`startup_blockers`). Nothing
-here knows the TrainJob or the plan.
+Phase, readiness, labels (role, attempt, slice), annotations (spec hash), deletion, its node,
+how its containers ended (:class:`Termination`), its conditions, whether Kubernetes is taking
+it away (:func:`pod_disrupted`) and why it is going away (:func:`disruption_cause`), and why
+pods are not running (:func:`startup_blockers`). Nothing here knows the TrainJob or the plan.
 """
 
 from __future__ import annotations
@@ -165,6 +165,41 @@ def pod_conditions(pod: dict[str, Any]) -> dict[str, str]:
 def pod_disrupted(pod: dict[str, Any]) -> bool:
     """Whether Kubernetes took the pod away (preemption, eviction, drain, node gone)."""
     return pod_conditions(pod).get(DISRUPTION_TARGET) == "True"
+
+
+def node_of(pod: dict[str, Any]) -> str | None:
+    """The node a pod was placed on (``spec.nodeName``), None before it was scheduled."""
+    node = (pod.get("spec") or {}).get("nodeName")
+    return str(node) if node else None
+
+
+def disruption_cause(pod: dict[str, Any]) -> str | None:
+    """Why the pod is being taken away, in words, as its object says; None when nothing says
+    so. Its ``DisruptionTarget`` condition (reason and message: a preemption, an eviction,
+    a taint, its node going away), else a ``status.reason`` of
+    :data:`DISRUPTION_POD_REASONS` (``Evicted``...), else its ``deletionTimestamp``
+    (someone deleted it: ``kubectl delete pod``, a drain without the eviction API, a
+    controller). Names the pod and the node it ran on:
+    ``pod tj-head on node n1 evicted (DisruptionTarget EvictionByEvictionAPI: ...)``.
+    Whether the deletion is the operator's own is not a fact of the pod: the planner
+    decides."""
+    status = pod.get("status") or {}
+    node = node_of(pod)
+    where = f"pod {name_of(pod)}" + (f" on node {node}" if node else "")
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == DISRUPTION_TARGET and condition.get("status") == "True":
+            detail = " ".join(
+                str(x) for x in (condition.get("reason"), condition.get("message")) if x
+            )
+            return f"{where} disrupted ({DISRUPTION_TARGET}{' ' + detail if detail else ''})"
+    reason = status.get("reason")
+    if reason in DISRUPTION_POD_REASONS:
+        message = status.get("message")
+        return f"{where} disrupted (pod reason {reason}{': ' + message if message else ''})"
+    deleted = (pod.get("metadata") or {}).get("deletionTimestamp")
+    if deleted:
+        return f"{where} deleted (deletionTimestamp {deleted})"
+    return None
 
 
 #: Container waiting reasons that only mean "starting normally" (not a cause worth naming).

@@ -70,9 +70,11 @@ from trainjob_operator.reconcile.plan import (
     whole_seconds,
 )
 from trainjob_operator.reconcile.pods import (
+    DISRUPTION_TARGET,
     TERMINATION_MESSAGE_LIMIT,
     PodPhase,
     attempt_of,
+    disruption_cause,
     name_of,
     pod_disrupted,
     pod_done,
@@ -286,9 +288,28 @@ class Reconcile:
             return self.restart(reason, f"{message} ({why}: {decision.rule})", counted=False)
         return self.restart(reason, message)
 
+    def disrupted(self, pod: dict[str, Any], reason: str, message: str) -> bool:
+        """A head or driver pod taken away by someone other than the operator (a disruption,
+        :func:`check_disrupted_pods_if_needed`): decided as a pod with the
+        ``DisruptionTarget`` condition, whether or not the API server set it (a plain
+        ``kubectl delete pod`` sets none), so ``failure.rules`` on that condition apply
+        and, by default, the restart is not counted against ``maxRestarts``."""
+        return self.pod_failed(as_disruption_target(pod), reason, message)
+
     def deleting(self, name: str) -> bool:
         """Whether this plan already deletes pod ``name``."""
         return ("Pod", name) in self.plan.delete
+
+
+def as_disruption_target(pod: dict[str, Any]) -> dict[str, Any]:
+    """``pod`` (a copy) with the ``DisruptionTarget`` condition True, as the API server sets
+    it on a pod it preempts or evicts: what :meth:`Reconcile.disrupted` decides on."""
+    if pod_disrupted(pod):
+        return pod
+    status = dict(pod.get("status") or {})
+    condition = {"type": DISRUPTION_TARGET, "status": "True", "reason": "DeletedByOthers"}
+    status["conditions"] = [*(status.get("conditions") or []), condition]
+    return {**pod, "status": status}
 
 
 # --------------------------------------------------------------------------- the steps
@@ -367,9 +388,8 @@ def check_stale_pods_if_needed(r: Reconcile) -> Done:
     return False
 
 
-def check_driver_if_needed(r: Reconcile) -> Done:
-    """The driver decides: it succeeded (the job succeeded), it exited with the invalid-input
-    status (the job fails at once), or it failed otherwise (a whole-cluster restart)."""
+def check_driver_succeeded_if_needed(r: Reconcile) -> Done:
+    """The driver succeeded: the job succeeded (whatever happens to the other pods now)."""
     for driver in r.by_role.get("driver", []):
         if pod_phase(driver) == PodPhase.SUCCEEDED:
             r.set_phase(Phase.SUCCEEDED, Reason.SUCCEEDED, "training finished")
@@ -380,6 +400,15 @@ def check_driver_if_needed(r: Reconcile) -> Done:
             r.set_condition(ConditionType.RUNNING, False, Reason.SUCCEEDED, "training finished")
             r.delete_pods(keep_driver=keep_driver_pod(r.job.spec.keep_driver_pod, Phase.SUCCEEDED))
             return True
+    return False
+
+
+def check_driver_failed_if_needed(r: Reconcile) -> Done:
+    """The driver failed: it exited with the invalid-input status (the job fails at once),
+    exited preempted (a restart not counted), or failed otherwise (a counted whole-cluster
+    restart), as ``failure.rules`` and the defaults decide. Runs after the disruption
+    checks: a driver that failed because the head was taken away is that disruption."""
+    for driver in r.by_role.get("driver", []):
         if pod_phase(driver) == PodPhase.FAILED:
             return r.pod_failed(
                 driver, Reason.DRIVER_FAILED, f"driver {pod_ended(driver, 'driver')}"
@@ -388,30 +417,100 @@ def check_driver_if_needed(r: Reconcile) -> Done:
 
 
 def check_head_if_needed(r: Reconcile) -> Done:
-    """A Ray head that ended restarts the whole cluster."""
+    """A Ray head that ended on its own (its process crashed or was killed inside the pod,
+    which nobody deleted) restarts the whole cluster, counted against ``maxRestarts``."""
     for head in r.by_role.get("head", []):
         if pod_done(head):
             return r.pod_failed(head, Reason.HEAD_FAILED, f"Ray head {pod_ended(head)}")
     return False
 
 
+def _replaced_by_the_operator(r: Reconcile, pod: dict[str, Any]) -> bool:
+    """Whether the operator itself deletes ``pod`` to apply a spec change
+    (:func:`check_spec_changes_if_needed`: its spec hash is not the desired one and the
+    TrainJob's spec changed since it was created). The operator deletes a head or driver
+    pod of the current attempt for no other reason while the job is active: a restart,
+    suspending or finishing moves the job to the next attempt or out of the active phases
+    first."""
+    want = next(
+        (
+            spec_hash_of(d)
+            for d in r.desired
+            if d.get("kind") == "Pod" and name_of(d) == name_of(pod)
+        ),
+        None,
+    )
+    if want is None or spec_hash_of(pod) in (None, want):
+        return False
+    return _spec_changed_since_created(r, pod)
+
+
+def _taken_away(r: Reconcile, pod: dict[str, Any]) -> str | None:
+    """Why a head or driver pod of this attempt is being taken away by someone other than
+    the operator (:func:`~trainjob_operator.reconcile.pods.disruption_cause`: the node and
+    why), or None: it is not, or the operator is replacing it itself."""
+    cause = disruption_cause(pod)
+    if cause is None or (not pod_disrupted(pod) and _replaced_by_the_operator(r, pod)):
+        return None
+    return cause
+
+
+def _also_going(r: Reconcile, pod: dict[str, Any]) -> str:
+    """``; also going: tj-driver, tj-w0`` naming the job's other pods of this attempt that
+    are being deleted or taken away (every pod deleted at once), else empty."""
+    others = sorted(
+        name_of(p)
+        for p in r.current_pods
+        if p is not pod and (terminating(p) or pod_disrupted(p)) and not r.deleting(name_of(p))
+    )
+    return f"; also going: {', '.join(others)}" if others else ""
+
+
 def check_disrupted_pods_if_needed(r: Reconcile) -> Done:
-    """A head or driver pod that Kubernetes is taking away (a ``DisruptionTarget``
-    condition: preemption, eviction, drain, its node gone) restarts the cluster now, before
-    it is gone; by default (:data:`DEFAULT_FAILURE_RULES`) not counted against
-    ``maxRestarts``."""
-    for role in ("head", "driver"):
-        for pod in r.by_role.get(role, []):
-            if not pod_done(pod) and pod_disrupted(pod):
-                return r.pod_failed(pod, Reason.POD_DISRUPTED, f"pod {name_of(pod)} disrupted")
+    """A head or driver pod taken away by someone other than the operator (a
+    ``DisruptionTarget`` condition: preemption, eviction, drain, taint, its node gone; or
+    its ``deletionTimestamp`` set by ``kubectl delete pod`` or a controller; whether it is
+    still running or already ended) restarts the whole cluster from the latest checkpoint
+    now, before it is gone: a disruption, not a failure of the job. By default
+    (:data:`DEFAULT_FAILURE_RULES`) not counted against ``maxRestarts``, like a preemption;
+    recorded in ``status.restartHistory`` with the pod, its node and why (reasons
+    ``HeadDisrupted``, ``DriverDisrupted``). Runs before the driver's and the head's own
+    failure checks, so a driver that failed because its head was deleted is the head's
+    disruption. A head or driver that the operator deletes to apply a spec change is not
+    one."""
+    for head in r.by_role.get("head", []):
+        if cause := _taken_away(r, head):
+            return r.disrupted(
+                head, Reason.HEAD_DISRUPTED, f"Ray head {cause}{_also_going(r, head)}"
+            )
+    for driver in r.by_role.get("driver", []):
+        if cause := _taken_away(r, driver):
+            message = f"driver {cause}{_also_going(r, driver)}"
+            return r.disrupted(driver, Reason.DRIVER_DISRUPTED, message)
     return False
 
 
 def check_lost_pods_if_needed(r: Reconcile) -> Done:
-    """A Running job whose head or driver pod disappeared restarts the whole cluster."""
-    if not r.by_role.get("head") or not r.by_role.get("driver"):
-        return r.restart(Reason.HEAD_OR_DRIVER_LOST, "the Ray head or driver pod disappeared")
+    """A Running job whose head or driver pod disappeared (deleted by someone other than
+    the operator, which deletes them only when moving to the next attempt or out of the
+    active phases) restarts the whole cluster: a disruption, decided as
+    :func:`check_disrupted_pods_if_needed` decides (by default not counted)."""
+    if not r.by_role.get("head"):
+        message = f"Ray head pod {_desired_name(r, 'head')} disappeared while Running"
+        return r.disrupted(_gone(r, "head"), Reason.HEAD_DISRUPTED, message)
+    if not r.by_role.get("driver"):
+        message = f"driver pod {_desired_name(r, 'driver')} disappeared while Running"
+        return r.disrupted(_gone(r, "driver"), Reason.DRIVER_DISRUPTED, message)
     return False
+
+
+def _desired_name(r: Reconcile, role: str) -> str:
+    return next((name_of(d) for d in r.desired if role_of(d) == role), role)
+
+
+def _gone(r: Reconcile, role: str) -> dict[str, Any]:
+    """What the failure rules see of a pod that is gone: its name only."""
+    return {"metadata": {"name": _desired_name(r, role)}}
 
 
 def _seconds_since_start(r: Reconcile) -> float | None:
@@ -727,9 +826,10 @@ def check_validation_pool_step(r: Reconcile) -> Done:
 CLUSTER_STEPS: tuple[Step, ...] = (
     check_suspend_if_needed,
     check_stale_pods_if_needed,
-    check_driver_if_needed,
-    check_head_if_needed,
+    check_driver_succeeded_if_needed,
     check_disrupted_pods_if_needed,
+    check_driver_failed_if_needed,
+    check_head_if_needed,
     check_deadlines_if_needed,
     check_removed_pods_if_needed,
     check_worker_replacement_if_needed,
@@ -741,7 +841,9 @@ CLUSTER_STEPS: tuple[Step, ...] = (
     update_cluster_status,
     check_deadline_callbacks_if_needed,
 )
-#: Running: :data:`CLUSTER_STEPS`, and a head or driver pod that disappeared restarts it.
+#: Running: :data:`CLUSTER_STEPS`, and a head or driver pod that disappeared restarts it
+#: (before the driver's failure is looked at: a driver that failed because its head is gone
+#: is that disruption).
 RUNNING_STEPS: tuple[Step, ...] = (
     *CLUSTER_STEPS[: CLUSTER_STEPS.index(check_disrupted_pods_if_needed) + 1],
     check_lost_pods_if_needed,
