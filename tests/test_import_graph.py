@@ -242,6 +242,7 @@ RUNTIME_LAYERS: tuple[tuple[str, ...], ...] = (
         "_validation",
         "_tpu_slices",
         "_failure_policy",
+        "_scaling_policy",
     ),
     # the coordinator and its parts (one per job), and the worker's session
     (
