@@ -99,6 +99,19 @@ SKIPPED = Counter(
 ERRORS = Counter("trainjob_reconcile_errors_total", "Reconcile runs that raised", ["trigger"])
 DURATION = Histogram("trainjob_reconcile_seconds", "Reconcile duration")
 PHASES = Gauge("trainjob_jobs", "TrainJobs by phase", ["phase"])
+JOB_RESTARTS = Gauge(
+    "trainjob_job_restarts",
+    "Whole-cluster restarts of each TrainJob (its status.restarts), while this operator "
+    "reconciles it",
+    ["namespace", "trainjob"],
+)
+#: What starts a reconcile (the ``trigger`` label).
+TRIGGERS = ("create", "resume", "update", "pod", "timer")
+# Every trigger's series exist from the start (0), so rates and alerts see them before the
+# first reconcile or error.
+for _trigger in TRIGGERS:
+    RECONCILES.labels(_trigger)
+    ERRORS.labels(_trigger)
 
 
 def default_renderer() -> Renderer:
@@ -389,6 +402,8 @@ class Operator:
         """TrainJob ``key`` was deleted: drop what is kept about it."""
         with self._lock:
             state = self._jobs.get(key)
+            with contextlib.suppress(KeyError):  # never reconciled here
+                JOB_RESTARTS.remove(*key)
             if state is not None:  # a waiting reconcile still runs (and finds it gone)
                 waiting = state.waiting
                 self._jobs[key] = JobState(waiting=waiting)
@@ -512,6 +527,7 @@ class Operator:
                 state.forget_reconciled()
             else:
                 state.phase = outcome.new_status.phase
+                JOB_RESTARTS.labels(*key).set(outcome.new_status.restarts)
                 state.reconciled, state.generation = True, outcome.generation_read
                 wait = self.resync_seconds
                 if outcome.requeue_after is not None:
