@@ -26,7 +26,10 @@ install: $(VENV)/.installed-demo
 install-test: $(VENV)/.installed-test
 
 # tmux: tests/test_run_terminal.py runs `trainjob run` in a tmux pane and reads the screen.
-# Installed with apt-get when missing and run as root; otherwise that test is skipped.
+# prometheus, promtool (Debian's prometheus package): the metrics tests run a real Prometheus
+# server and promtool (tests/support/prometheus.py); the package's own service is not started
+# (policy-rc.d), and is stopped and disabled where it was.
+# Installed with apt-get when missing and run as root; otherwise those tests are skipped.
 test-tools:
 	@command -v tmux >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -36,6 +39,19 @@ test-tools:
 	  else \
 	    echo "tmux not found: tests/test_run_terminal.py will be skipped (install tmux to run it)"; \
 	  fi; }
+	@command -v promtool >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing prometheus (apt-get)"; \
+	    rcd=/usr/sbin/policy-rc.d; own=; \
+	    [ -e $$rcd ] || { printf '#!/bin/sh\nexit 101\n' > $$rcd && chmod +x $$rcd && own=1; }; \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -qq --no-install-recommends prometheus; } >/dev/null; ok=$$?; \
+	    [ -z "$$own" ] || rm -f $$rcd; \
+	    { systemctl disable --now prometheus || service prometheus stop; } >/dev/null 2>&1; \
+	    [ $$ok = 0 ] || echo "could not install prometheus: the metrics tests will be skipped"; \
+	  else \
+	    echo "promtool not found: the metrics tests will be skipped (install Debian's prometheus package)"; \
+	  fi; true; }
 
 demo: install
 	$(VENV)/bin/trainjob run examples/quickstart.yaml
