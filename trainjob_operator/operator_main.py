@@ -748,6 +748,12 @@ def run_operator(
             timers.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await timers
+            if stop_flag is not None:
+                # kopf waits on a threading.Event in the loop's default executor; when kopf
+                # stopped on its own (SIGTERM) nobody set it, and asyncio.run's shutdown then
+                # waited for that thread forever: a leader-elected operator hung on SIGTERM
+                # until the kubelet killed it, 30 s later, without releasing its Lease.
+                stop_flag.set()
 
     try:
         asyncio.run(main())

@@ -26,7 +26,6 @@ from tests.k8s.test_operator import (
     pods,
     role,
     wait_for,
-    wait_phase,
 )
 from tests.support import EnvTest
 from tests.support.ports import free_port
@@ -229,7 +228,11 @@ def two_operators(
             p.stop()
 
 
-def test_killing_the_leader_mid_reconcile_hands_over_without_duplicates(
+BURST = 8
+"""TrainJobs created at once, just before the leader is killed (issue 39: mid-burst)."""
+
+
+def test_killing_the_leader_mid_burst_hands_over_without_duplicates_or_restarts(
     kube: KubeClient, two_operators: list[OperatorProcess], k8s_namespace: str
 ) -> None:
     ns = k8s_namespace
@@ -247,8 +250,17 @@ def test_killing_the_leader_mid_reconcile_hands_over_without_duplicates(
     assert lease is not None
     holder = lease["spec"]["holderIdentity"]
 
-    # The leader starts creating the job's children; kill it at the first one.
-    make_job(kube, ns)
+    # A job already running when the leader goes: the new leader must leave it alone.
+    make_job(kube, ns, "steady")
+    wait_for("steady's 4 pods", lambda: len(pods(kube, ns, "steady")) == 4, timeout=60)
+    make_all_ready(kube, ns, "steady")
+    wait_for("steady Running", lambda: job_status(kube, ns, "steady").get("phase") == "Running")
+    steady_uids = {n: p["metadata"]["uid"] for n, p in pods(kube, ns, "steady").items()}
+
+    # A burst: the leader starts creating children; kill it at the first one of the first job.
+    burst = ["quickstart"] + [f"burst-{i}" for i in range(BURST - 1)]
+    for name in burst:
+        make_job(kube, ns, name)
     wait_for(
         "the leader's first child",
         lambda: kube.list("ServiceAccount", ns, "trainjob.dev/name=quickstart") or pods(kube, ns),
@@ -256,7 +268,7 @@ def test_killing_the_leader_mid_reconcile_hands_over_without_duplicates(
     )
     first.proc.send_signal(signal.SIGKILL)
     first.proc.wait(30)
-    created_before = len(pods(kube, ns))
+    created_before = sum(len(pods(kube, ns, name)) for name in burst)
 
     # The standby takes over once the lease expired (15 s by its clock; 2 s retries).
     killed_at = time.monotonic()
@@ -265,14 +277,33 @@ def test_killing_the_leader_mid_reconcile_hands_over_without_duplicates(
     lease = kube.get("Lease", ns, "trainjob-operator")
     assert lease is not None and lease["spec"]["holderIdentity"] not in (None, holder)
     assert lease["spec"]["leaseTransitions"] >= 1
-    wait_for("4 pods", lambda: len(pods(kube, ns)) == 4, timeout=60)
-    make_all_ready(kube, ns)
-    wait_phase(kube, ns, "Running")
-    found = kube.list("Pod", ns, "trainjob.dev/name=quickstart")
-    names = sorted(p["metadata"]["name"] for p in found)
-    assert len(names) == len(set(names)) == 4, names
-    assert sorted(map(role, found)) == ["driver", "head", "worker", "worker"]
-    for kind in ("Service", "ServiceAccount", "Role", "RoleBinding"):
-        assert len(kube.list(kind, ns, "trainjob.dev/name=quickstart")) == 1, kind
-    assert job_status(kube, ns)["restarts"] == 0
-    print(f"pods before the kill: {created_before}; takeover after {took:.1f}s")
+    for name in burst:
+        wait_for(f"{name}'s 4 pods", lambda n=name: len(pods(kube, ns, n)) == 4, timeout=90)
+        make_all_ready(kube, ns, name)
+    for name in burst:
+        wait_for(
+            f"{name} Running",
+            lambda n=name: job_status(kube, ns, n).get("phase") == "Running",
+            timeout=60,
+        )
+    for name in [*burst, "steady"]:
+        found = kube.list("Pod", ns, f"trainjob.dev/name={name}")
+        names = sorted(p["metadata"]["name"] for p in found)
+        assert len(names) == len(set(names)) == 4, (name, names)
+        assert sorted(map(role, found)) == ["driver", "head", "worker", "worker"], name
+        for kind in ("Service", "ServiceAccount", "Role", "RoleBinding"):
+            assert len(kube.list(kind, ns, f"trainjob.dev/name={name}")) == 1, (name, kind)
+        status = job_status(kube, ns, name)
+        assert status["restarts"] == 0 and not status.get("restartHistory"), (name, status)
+    # The running job's pods are the ones it had: not recreated by the new leader.
+    assert {n: p["metadata"]["uid"] for n, p in pods(kube, ns, "steady").items()} == steady_uids
+    print(f"burst pods before the kill: {created_before}; takeover after {took:.1f}s")
+
+    # SIGTERM, as the kubelet sends on a rollout: the leader stops within the grace period
+    # and hands the Lease back (it hung until SIGKILL, its Lease held, before this fix).
+    stopping = time.monotonic()
+    standby.proc.send_signal(signal.SIGTERM)
+    assert standby.proc.wait(20) == 0
+    lease = kube.get("Lease", ns, "trainjob-operator")
+    assert lease is not None and not lease["spec"].get("holderIdentity"), lease
+    print(f"the leader stopped {time.monotonic() - stopping:.1f}s after SIGTERM")
