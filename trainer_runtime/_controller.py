@@ -60,7 +60,7 @@ from trainer_runtime.errors import (
     WorkerFailure,
     WorkerGroupError,
 )
-from trainer_runtime.preemption import PreemptionInfo, combine, merge
+from trainer_runtime.preemption import PreemptionInfo, combine, driver_stop_time, merge
 from trainer_runtime.result import Result
 from trainer_runtime.storage import Storage, StorageError, get_storage
 from trainer_runtime.storage.base import describe_error
@@ -376,6 +376,8 @@ class BaseController:
             self._after_exception(exc)
         elif isinstance(exc, PreemptionStop):
             self._cleanup_partial()
+            # The driver itself is going away (a worker lost meanwhile included): no restart.
+            exc.driver = exc.driver or driver_stop_time() is not None
         action = self.failure_policy.decide(exc, progressed=progressed)
         failure_config = self.failure_policy.config
         if action.counted:
@@ -517,6 +519,11 @@ SCALING_POLL_S = 1.0
 
 class RayController(BaseController):
     """Runs the workers as Ray actors."""
+
+    #: Whether this driver process got a termination notice of its own (see
+    #: :meth:`_check_driver_notice`), and the latest committed checkpoint then.
+    _driver_noticed = False
+    _latest_at_driver_notice: CheckpointRecord | None = None
 
     def __init__(self, spec: RunSpec) -> None:
         super().__init__(spec)
@@ -741,6 +748,7 @@ class RayController(BaseController):
                 self.coordinator.note_drained_nodes(
                     {n: d for n, d in draining.items() if n in nodes}
                 )
+        self._check_driver_notice(group)
         notice = self._notice(group)
         if notice is None:
             return
@@ -768,6 +776,36 @@ class RayController(BaseController):
         )
         if time.time() >= deadline_s + grace_s:
             raise PreemptionStop(notice, drain_timed_out=True)
+
+    def _check_driver_notice(self, group: Any) -> None:
+        """The driver process itself got a termination notice (its pod deleted, evicted or
+        drained; :func:`~trainer_runtime.preemption.driver_stop_time`): every node of the
+        group counts as drained until the stop time, so ``get_preemption_info()`` names
+        every rank and the train function can save a last checkpoint. The attempt stops
+        (``fit()`` raises :class:`PreemptionError`, no restart in place: the driver is going
+        away) once a checkpoint is committed after the notice (the round in flight, or the
+        one saved on the notice), or at the stop time, before the kubelet's SIGKILL."""
+        stop_at = driver_stop_time()
+        if stop_at is None:
+            return
+        if not self._driver_noticed:
+            self._driver_noticed = True
+            self._latest_at_driver_notice = self.manager.latest
+            logger.warning(
+                "Termination notice to the driver: the run stops once a checkpoint is "
+                "committed, in %.1f s at the latest",
+                stop_at - time.time(),
+            )
+        deadline_ms = int(stop_at * 1000)
+        drained = dict(self.coordinator.drained_nodes)
+        drained.update({w.node_id: deadline_ms for w in group.workers})
+        self.coordinator.note_drained_nodes(drained)
+        notice = self._notice(group)
+        assert notice is not None
+        if self.manager.latest is not self._latest_at_driver_notice:
+            raise PreemptionStop(notice, driver=True)
+        if time.time() >= stop_at:
+            raise PreemptionStop(notice, drain_timed_out=True, driver=True)
 
     def _relax_collectives(self, notice: PreemptionInfo) -> None:
         """``FailureConfig.relax_collectives_on_preemption``: report rounds and collectives

@@ -8,7 +8,8 @@ out (callbacks, clean-up, back-off, the exception ``fit()`` raises).
 * A preemption (:class:`~trainer_runtime.errors.PreemptionStop`) restarts the worker group
   on other nodes, at once, while ``max_preemption_failures`` allows and the controller can
   move workers off a preempted node (Ray; not local mode); it never counts against
-  ``max_failures``. Otherwise ``fit()`` raises ``PreemptionError``.
+  ``max_failures``. Otherwise, and always when the driver process itself got the notice
+  (its pod is going away), ``fit()`` raises ``PreemptionError``.
 * A worker failure that a restart may fix (a non-permanent
   :class:`~trainer_runtime.errors.WorkerFailure`) counts against ``max_failures`` and
   restarts after ``FailureConfig.backoff_s`` (the back-off grows with failures in a row
@@ -97,7 +98,11 @@ class FailurePolicy:
         """
         if isinstance(error, PreemptionStop):
             self.preemptions += 1
-            if self.preemption_in_place and self.config.allows_preemption(self.preemptions):
+            if (
+                self.preemption_in_place
+                and not error.driver
+                and self.config.allows_preemption(self.preemptions)
+            ):
                 return FailureAction(FailureDecision.RETRY_PREEMPTED)
             return FailureAction(FailureDecision.RAISE_PREEMPTION)
         if isinstance(error, WorkerFailure) and not error.permanent:

@@ -118,10 +118,15 @@ class PreemptionError(TrainingFailedError):
 class PreemptionStop(TrainerRuntimeError):
     """Internal: the attempt stops after a preemption notice (see :class:`PreemptionError`)."""
 
-    def __init__(self, preemption_info: Any, drain_timed_out: bool = False) -> None:
+    def __init__(
+        self, preemption_info: Any, drain_timed_out: bool = False, driver: bool = False
+    ) -> None:
         super().__init__(f"preempted ranks {preemption_info.preempted_ranks}")
         self.preemption_info = preemption_info
         self.drain_timed_out = drain_timed_out
+        #: The driver process itself got the notice: the run stops (``fit()`` raises
+        #: :class:`PreemptionError`), it cannot restart in place.
+        self.driver = driver
 
 
 class WorkerFailure(TrainerRuntimeError):

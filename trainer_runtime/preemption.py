@@ -6,8 +6,10 @@ drain, TPU maintenance) records a notice with a deadline ``now + grace period`` 
 exiting; the grace period is ``TRAINJOB_TERMINATION_GRACE_PERIOD_S`` (default 30 s,
 Kubernetes' default ``terminationGracePeriodSeconds``). A second SIGTERM terminates at once.
 With Ray workers the controller also sees Ray node drains (``get_draining_nodes()``, as Ray
-Train's watcher). :func:`trainer_runtime.get_preemption_info` gathers every rank's view and
-gives every rank the same answer.
+Train's watcher), and a notice to the driver process itself (the in-cluster driver installs
+the handler: its pod deleted or evicted, :func:`driver_stop_time`) preempts every rank.
+:func:`trainer_runtime.get_preemption_info` gathers every rank's view and gives every rank
+the same answer.
 """
 
 from __future__ import annotations
@@ -112,6 +114,24 @@ def install_sigterm_handler() -> bool:
         return False
     signal.signal(signal.SIGTERM, _on_sigterm)
     return True
+
+
+#: The most a driver keeps for shutting down after it stops for its own termination notice.
+DRIVER_SHUTDOWN_MARGIN_S = 10.0
+
+
+def driver_stop_time() -> float | None:
+    """When a driver process that got a termination notice (SIGTERM, with
+    :func:`install_sigterm_handler`: its pod deleted, evicted or drained) stops its run,
+    as UNIX seconds: the notice's deadline less a margin for shutting down before the
+    kubelet's SIGKILL (a third of the grace period, at most
+    :data:`DRIVER_SHUTDOWN_MARGIN_S`). None without a notice."""
+    noticed, deadline_ms = local_notice()
+    if not noticed:
+        return None
+    grace = grace_period_s()
+    deadline = deadline_ms / 1000 if deadline_ms is not None else time.time() + grace
+    return deadline - min(DRIVER_SHUTDOWN_MARGIN_S, grace / 3)
 
 
 def node_id() -> str:

@@ -21,6 +21,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 from trainer_runtime import Result
+from trainjob_operator.constants import DRIVER_PREEMPTED_EXIT_CODE
 
 pytestmark = pytest.mark.ray  # real Ray clusters in child processes
 
@@ -126,3 +127,66 @@ def test_sigterm_to_a_ray_worker_restarts_the_worker_group_in_place_from_the_fin
     assert finished["metrics"] == {"start": stored.metrics["step"] + 1}
     assert finished["result_metrics"] == stored.metrics
     assert "checkpoint" not in finished  # no PreemptionError
+
+
+@pytest.mark.timeout(240)
+def test_sigterm_to_the_trainjob_driver_commits_a_last_checkpoint_and_exits_preempted(
+    tmp_path: Path, ray_cluster: Any
+) -> None:
+    """The in-cluster driver (``python -m trainjob_operator.launcher.driver``) whose pod is
+    deleted or evicted gets SIGTERM: every rank sees ``get_preemption_info()`` name it, the
+    last checkpoint is committed whole before the grace period ends, and the driver exits 3
+    (preempted), which the operator restarts from, not counted (before, Ray's handler made
+    it exit 15 with the round in flight lost)."""
+    storage = tmp_path / "runs"
+    ready = tmp_path / "ready"
+    grace_s = 60
+    manifest = {
+        "apiVersion": "trainjob.dev/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "run", "namespace": "ns"},
+        "spec": {
+            "entrypoint": "tests.faults.preemption_main:preemptible_train",
+            "config": {"ready_file": str(ready), "signal_rank": 1},
+            "scaling": {"numWorkers": 2, "resourcesPerWorker": {"cpu": 1}},
+            "storage": {"path": str(storage)},
+        },
+    }
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO_ROOT),
+        "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address,
+        "TRAINJOB_MANIFEST": json.dumps(manifest),
+        "TRAINJOB_TERMINATION_GRACE_PERIOD_S": str(grace_s),
+    }
+    env.pop("TRAINJOB_NAME", None)  # no API server: status goes nowhere
+    log = tmp_path / "driver.log"
+    with log.open("w") as out:
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "trainjob_operator.launcher.driver"],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            while not ready.exists() or not ready.read_text():
+                assert driver.poll() is None, log.read_text()[-4000:]
+                time.sleep(0.05)
+            noticed_at = time.time()
+            driver.send_signal(signal.SIGTERM)
+            code = driver.wait(120)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+    text = log.read_text()
+    assert code == DRIVER_PREEMPTED_EXIT_CODE, text[-4000:]
+    assert "Termination notice to the driver" in text and "TrainJob run preempted" in text
+    stored = Result.from_path(storage / "run")  # markers and file lists verified
+    assert stored.checkpoint is not None and stored.metrics["final"] is True
+    assert stored.metrics["preempted_ranks"] == [0, 1]  # every rank: the driver is going
+    # The deadline the train function was given leaves time to shut down before SIGKILL.
+    deadline_s = stored.metrics["deadline_ms"] / 1000
+    assert noticed_at < deadline_s < noticed_at + grace_s - 5
+    folder = Path(stored.checkpoint.path)
+    assert {p.name for p in folder.iterdir()} >= {"state.json", "rank0.txt", "rank1.txt"}

@@ -8,7 +8,10 @@ publishes progress, checkpoints and validation demand into the TrainJob's
 status (the operator scales the validation pool from ``status.validations``).
 Exit status: 0 when training succeeded, 1 when it failed (the operator
 restarts the cluster up to ``spec.failure.maxRestarts``), 2 for invalid input, 3 when it
-stopped on a preemption notice after committing a last checkpoint (a restart not counted).
+stopped on a preemption notice after committing a last checkpoint (a restart not counted):
+a worker pod's, or its own SIGTERM (the driver pod deleted, evicted or drained), after
+which it commits the checkpoint round in flight, or the one the train function saves on
+``get_preemption_info()``, before the grace period ends.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import yaml
 
 from trainer_runtime.checkpoint_manager import CheckpointRecord
 from trainer_runtime.errors import PreemptionError, TrainingFailedError
+from trainer_runtime.preemption import install_sigterm_handler
 from trainjob_operator.api.errors import ManifestError
 from trainjob_operator.api.manifest import parse_trainjob
 from trainjob_operator.api.trainjob import TrainJob
@@ -191,6 +195,10 @@ def main() -> int:
         log_to_driver=True,
         runtime_env=runtime_env,
     )
+    # After ray.init, which sets a SIGTERM handler that exits 15: the pod's termination
+    # notice (deleted, evicted, drained) becomes a preemption of every rank instead; the run
+    # commits what it can and this process exits 3, as for a preempted worker pod.
+    install_sigterm_handler()
 
     start = time.monotonic()
     error: BaseException | None = None
