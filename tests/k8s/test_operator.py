@@ -702,11 +702,21 @@ def test_ttl_after_finished_deletes_the_trainjob(
 
 
 def test_prometheus_endpoint_serves_reconciles_and_jobs(
-    kube: KubeClient, operator: RunningOperator
+    kube: KubeClient, operator: RunningOperator, tmp_path: Path
 ) -> None:
+    """The operator's /metrics, then (when installed) a real Prometheus server scraping it and
+    answering the chart's operator dashboard and the operator's restart-loop alert: every
+    panel returns series, so the names match (the drivers' side: tests/runtime/test_prometheus.py).
+    """
     import socket
     import urllib.request
 
+    from tests.chart.test_monitoring import alert_exprs, rule_groups
+    from tests.support.prometheus import (
+        PROMETHEUS,
+        PrometheusServer,
+        dashboard_queries,
+    )
     from trainjob_operator.operator_main import start_metrics_server
 
     with socket.socket() as sock:
@@ -728,6 +738,24 @@ def test_prometheus_endpoint_serves_reconciles_and_jobs(
         assert 'trainjob_reconciles_total{trigger="create"}' in text
         assert 'trainjob_jobs{phase="Starting"}' in text
         assert "trainjob_reconcile_seconds_bucket" in text
+        assert (
+            f'trainjob_job_restarts{{namespace="{operator.namespace}",trainjob="quickstart"}} 0.0'
+            in text
+        )
+        if PROMETHEUS is None:
+            return
+        prometheus = PrometheusServer(tmp_path / "prometheus", {"operator": [f"127.0.0.1:{port}"]})
+        try:
+            prometheus.wait_for_scrapes("operator", count=2)
+            for title, expr in dashboard_queries("trainjob-operator.json"):
+                assert prometheus.query(expr), f"panel {title!r}: no series for {expr}"
+            restart_loop = alert_exprs(rule_groups())["TrainJobRestartLoop"]
+            assert prometheus.query(restart_loop) == []  # answered: no restarts
+            assert prometheus.query(
+                f'trainjob_job_restarts{{namespace="{operator.namespace}",trainjob="quickstart"}}'
+            )
+        finally:
+            prometheus.stop()
     finally:
         server.shutdown()
         server.server_close()
