@@ -236,7 +236,7 @@ class ScalingConfig:
         if isinstance(selector, list) and len(selector) != self.max_workers:
             raise ValueError(
                 "If `label_selector` is a list, it must be the same length as "
-                f"`max_workers` (or `num_workers` when fixed): got {len(selector)} selectors "
+                f"`max_workers` (or `num_workers` when fixed). Got {len(selector)} selectors "
                 f"for num_workers={self.num_workers}."
             )
         if self.use_tpu and self.max_workers > 1:

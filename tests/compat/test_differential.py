@@ -33,6 +33,7 @@ from tests.compat.workloads import (
     upload_fn_train,
     validate,
     validation_without_config,
+    world_size_train,
 )
 
 os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
@@ -93,8 +94,9 @@ def _fit(
     fn: Callable[..., Any],
     config: dict[str, Any],
     *,
-    workers: int = 2,
+    workers: int | tuple[int, int] = 2,
     trainer: str = "dp",
+    scaling: dict[str, Any] | None = None,
     **run: Any,
 ) -> Any:
     train, trainer_cls = _modules(name, trainer)
@@ -104,7 +106,7 @@ def _fit(
     trainer = trainer_cls(
         fn,
         train_loop_config={"api": name, **config},
-        scaling_config=train.ScalingConfig(num_workers=workers),
+        scaling_config=train.ScalingConfig(num_workers=workers, **(scaling or {})),
         run_config=run_config,
         **extra,
     )
@@ -309,6 +311,48 @@ def test_result_from_path_matches_the_result_of_fit(tmp_path: Path, ray_cluster:
         train, _ = _modules(name)
         with pytest.raises(RuntimeError):
             train.Result.from_path(str(tmp_path / "no-such-run"))
+
+
+def test_elastic_scaling_configs_are_refused_with_ray_trains_sentences() -> None:
+    """Each of our messages starts with Ray Train's sentence (users match its text)."""
+    bad: list[dict[str, Any]] = [
+        {"num_workers": (3, 2)},
+        {"num_workers": (-1, 2)},
+        {"num_workers": -1},
+        {"num_workers": (1, 2, 3)},
+        {"num_workers": "2"},
+        {"num_workers": (1, 2), "elastic_resize_monitor_interval_s": -1.0},
+        {"num_workers": (1, 3), "label_selector": [{"pool": "a"}] * 2},
+    ]
+    for kwargs in bad:
+        messages = {}
+        for name in APIS:
+            train, _ = _modules(name)
+            with pytest.raises(ValueError) as info:
+                train.ScalingConfig(**kwargs)
+            messages[name] = str(info.value)
+        assert messages["trainer_runtime"].startswith(messages["ray.train"]), messages
+    for name in APIS:
+        train, _ = _modules(name)
+        config = train.ScalingConfig(num_workers=(2, 4))
+        assert (config.elasticity_enabled, config.min_workers, config.max_workers) == (True, 2, 4)
+
+
+def test_an_elastic_run_starts_with_as_many_workers_as_fit(
+    tmp_path: Path, ray_cluster: Any
+) -> None:
+    """``num_workers=(1, 4)`` of 3 CPUs each on the session's 6 CPUs: 2 workers, both."""
+    for name in APIS:
+        result = _fit(
+            name,
+            tmp_path,
+            world_size_train,
+            {},
+            workers=(1, 4),
+            scaling={"resources_per_worker": {"CPU": 3}},
+        )
+        assert result.metrics == {"world_size": 2, "rank": 0}, name
+        assert read_step(result.checkpoint) == 0, name
 
 
 def test_local_mode_runs_the_same_function_in_this_process(

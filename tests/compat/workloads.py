@@ -349,3 +349,12 @@ def shared_names_train(config: dict[str, Any]) -> dict[str, Any]:
     empty = tempfile.mkdtemp(prefix="compat_")
     train.report({"step": 2}, checkpoint=train.Checkpoint.from_directory(empty))
     return {"rank": rank, "answer": [42, "x"]}
+
+
+def world_size_train(config: dict[str, Any]) -> None:
+    """One report with a checkpoint from rank 0: the group's size and the ranks that ran."""
+    train = api(config)
+    ctx = train.get_context()
+    rank = ctx.get_world_rank()
+    checkpoint = train.Checkpoint.from_directory(_save(0, rank, False)) if rank == 0 else None
+    train.report({"world_size": ctx.get_world_size(), "rank": rank}, checkpoint=checkpoint)
