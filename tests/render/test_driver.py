@@ -262,3 +262,15 @@ def test_driver_serves_its_training_metrics_on_a_named_port_with_scrape_annotati
     assert annotations["prometheus.io/scrape"] == "true"
     assert annotations["prometheus.io/port"] == "9091"
     assert annotations["prometheus.io/path"] == "/metrics"
+
+
+def test_the_jobs_network_policy_opens_only_the_drivers_metrics_port_to_other_pods() -> None:
+    from trainjob_operator.render.context import build_context
+    from trainjob_operator.render.security import network_policy
+
+    policy = network_policy(build_context(make_job(name="dj"), uid=UID))
+    assert policy["spec"]["podSelector"] == {"matchLabels": {"trainjob.dev/name": "dj"}}
+    assert policy["spec"]["ingress"] == [
+        {"from": [{"podSelector": {"matchLabels": {"trainjob.dev/name": "dj"}}}]},
+        {"ports": [{"protocol": "TCP", "port": 9091}]},
+    ]

@@ -11,11 +11,15 @@
   (rendering stays deterministic). The Secret is created once and never updated, so an
   operator restart (a new key) does not change a running job's token.
 - **NetworkPolicy** ``<job>-ray`` (:func:`network_policy`): the job's pods accept traffic only
-  from pods of the same job (label ``trainjob.dev/name``). The operator never connects to
-  Ray (it reads pod status from the API server), so it needs no rule. NetworkPolicies are
-  additive: to let Prometheus scrape Ray's metrics port, a cluster admin adds a policy of
-  their own selecting ``trainjob.dev/name`` pods. A cluster without a NetworkPolicy
-  implementation ignores the object; token authentication still applies.
+  from pods of the same job (label ``trainjob.dev/name``), and on the driver's training
+  metrics port (:data:`~trainjob_operator.constants.DRIVER_METRICS_PORT`, TCP) from anywhere,
+  so a Prometheus in any namespace scrapes it: only the driver listens there, serving only
+  ``/metrics`` (counts and timings, no secrets), and no Ray process uses that port. The
+  operator never connects to Ray (it reads pod status from the API server), so it needs no
+  rule. NetworkPolicies are additive: to let Prometheus scrape Ray's own metrics port, a
+  cluster admin adds a policy of their own selecting ``trainjob.dev/name`` pods. A cluster
+  without a NetworkPolicy implementation ignores the object; token authentication still
+  applies.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import hashlib
 import hmac
 from typing import Any
 
-from trainjob_operator.constants import NAME_LABEL
+from trainjob_operator.constants import DRIVER_METRICS_PORT, NAME_LABEL
 from trainjob_operator.render.context import RenderContext, common_labels, object_meta
 from trainjob_operator.render.hashing import finalize
 from trainjob_operator.render.names import network_policy_name, ray_auth_secret_name
@@ -86,7 +90,8 @@ def ray_auth_secret(ctx: RenderContext) -> dict[str, Any]:
 
 
 def network_policy(ctx: RenderContext) -> dict[str, Any]:
-    """The NetworkPolicy ``<job>-ray``: ingress to the job's pods only from the job's pods."""
+    """The NetworkPolicy ``<job>-ray``: ingress to the job's pods only from the job's pods,
+    and to the driver's metrics port from anywhere (Prometheus)."""
     job_pods = {"matchLabels": {NAME_LABEL: ctx.name}}
     return finalize(
         {
@@ -96,7 +101,10 @@ def network_policy(ctx: RenderContext) -> dict[str, Any]:
             "spec": {
                 "podSelector": job_pods,
                 "policyTypes": ["Ingress"],
-                "ingress": [{"from": [{"podSelector": job_pods}]}],
+                "ingress": [
+                    {"from": [{"podSelector": job_pods}]},
+                    {"ports": [{"protocol": "TCP", "port": DRIVER_METRICS_PORT}]},
+                ],
             },
         }
     )
