@@ -457,23 +457,16 @@ def helm_page() -> str:
 # --------------------------------------------------------------------------- metrics
 
 
-def metrics_page() -> str:
+def _metrics_table(modules: list[Any]) -> list[str]:
+    """One row per ``prometheus_client`` metric the modules register, sorted by name."""
     from prometheus_client.metrics import MetricWrapperBase
 
-    from trainjob_operator import operator_main, pod_watch
-
     lines = [
-        HEADER.format(source="the metrics the operator registers (`prometheus_client`)"),
-        "# Prometheus metrics\n",
-        "The operator serves these on `--metrics-port` (default 9090; the chart's "
-        "`metrics.port`, behind the metrics Service and an optional ServiceMonitor). The "
-        "runtime's own progress goes to the TrainJob's status, not to metrics. See "
-        "[Observability](../guides/observability.md).\n",
         "| metric | type | labels | help | defined in |",
         "| --- | --- | --- | --- | --- |",
     ]
     found = []
-    for module in (operator_main, pod_watch):
+    for module in modules:
         for value in vars(module).values():
             if isinstance(value, MetricWrapperBase):
                 found.append((value, module.__name__))
@@ -485,14 +478,46 @@ def metrics_page() -> str:
             f"| {_code(name)} | {kind} | {labels} | {_cell(metric._documentation)} | "
             f"`{module_name}` |"
         )
-    lines += [
+    return lines
+
+
+def metrics_page() -> str:
+    from trainer_runtime import _driver_metrics
+    from trainjob_operator import operator_main, pod_watch
+    from trainjob_operator.constants import DRIVER_METRICS_PORT, METRICS_PORT_ENV
+
+    lines = [
+        HEADER.format(
+            source="the metrics the operator and the driver register (`prometheus_client`)"
+        ),
+        "# Prometheus metrics\n",
+        "## The operator\n",
+        "The operator serves these on `--metrics-port` (default 9090; the chart's "
+        "`metrics.port`, behind the metrics Service and an optional ServiceMonitor). See "
+        "[Observability](../guides/observability.md).\n",
+        *_metrics_table([operator_main, pod_watch]),
         "",
         "Label values: `trigger` is what started the reconcile (`create`: a new TrainJob, "
         "`resume`: one this process had not reconciled yet, `update`: its spec changed, `pod`: "
         "one of its pods changed, `timer`: the periodic check), `why` why a trigger was skipped "
         "(`coalesced`, `busy`, `unchanged`), `phase` a TrainJob "
         "[phase](conditions-events.md#phases), `type` a watch event type (`ADDED`, "
-        "`MODIFIED`, `DELETED`). Histograms also export `_bucket`, `_sum` and `_count` series.",
+        "`MODIFIED`, `DELETED`); `namespace` and `trainjob` name a TrainJob.\n",
+        "## The driver\n",
+        "Each TrainJob's driver serves these on its container port `metrics` "
+        f"({DRIVER_METRICS_PORT}; the pod carries the `prometheus.io/scrape` annotations, and "
+        "the chart's `driverPodMonitor` selects it), and `trainjob run --metrics-port PORT` on "
+        f"PORT: the port is `{METRICS_PORT_ENV}`. They describe one run of the driver process "
+        "(a new driver pod starts from zero); Prometheus adds the target's `namespace` and "
+        "`pod` (the chart's PodMonitor also `trainjob`).\n",
+        *_metrics_table([_driver_metrics]),
+        "",
+        "Label values: `state` is `queued` (waiting for a concurrency slot) or `running` "
+        "(holding one, started or waiting for a node); `cause` is `failure` (a worker or its "
+        "train function failed; counted against `FailureConfig.max_failures`) or `preemption` "
+        "(restarted off a preempted node, not counted).\n",
+        "Histograms also export `_bucket`, `_sum` and `_count` series. The chart's alerts and "
+        "dashboards built on these are in [Observability](../guides/observability.md#alerts).",
     ]
     return "\n".join(lines) + "\n"
 
