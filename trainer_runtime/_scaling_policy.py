@@ -183,6 +183,7 @@ class ElasticScalingPolicy(ScalingPolicy):
         self._node_labels = node_labels
         self._latest_monitor_time = float("-inf")
         self._latest_insufficient_warning = float("-inf")
+        self._latest_start_count: int | None = None
 
     def count(self, held: Mapping[str, Sequence[Mapping[str, float]]]) -> int:
         """How many workers fit now (a running group's ``held`` resources counted as free)."""
@@ -215,11 +216,13 @@ class ElasticScalingPolicy(ScalingPolicy):
                 )
                 self._latest_insufficient_warning = now
             return None
-        logger.info(
-            "Detected ready resources for %d workers in the cluster. Deciding to "
-            "start/restart training with this worker group size.",
-            num_workers,
-        )
+        if num_workers != self._latest_start_count:  # once per count, not once per look
+            logger.info(
+                "Detected ready resources for %d workers in the cluster. Deciding to "
+                "start/restart training with this worker group size.",
+                num_workers,
+            )
+            self._latest_start_count = num_workers
         return num_workers
 
     def decide_for_running_group(
@@ -228,6 +231,7 @@ class ElasticScalingPolicy(ScalingPolicy):
         started_at: float,
         held: Mapping[str, Sequence[Mapping[str, float]]],
     ) -> int | None:
+        self._latest_start_count = None  # the next group's start is logged again
         now = time.monotonic()
         latest = max(started_at, self._latest_monitor_time)
         if now - latest < self.scaling.elastic_resize_monitor_interval_s:
