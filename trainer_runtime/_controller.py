@@ -545,7 +545,11 @@ class RayController(BaseController):
         deadline = start + scaling.placement_timeout_s
         first_fit: float | None = None
         while True:
-            size = self.scaling_policy.decide_for_new_group()
+            try:
+                size = self.scaling_policy.decide_for_new_group()
+            except Exception as exc:  # noqa: BLE001 - Ray Train too waits and looks again
+                logger.warning("Could not read the cluster's resources: %s", exc)
+                size = None
             now = time.monotonic()
             if size is not None:
                 first_fit = now if first_fit is None else first_fit
@@ -564,8 +568,10 @@ class RayController(BaseController):
 
     def _check_resize(self, group: Any) -> None:
         """RUNNING: ask the policy whether the group should have another size (elastic only;
-        at most every ``elastic_resize_monitor_interval_s``); raise :class:`ResizeStop` if so."""
-        if not self.spec.scaling.elasticity_enabled:
+        at most every ``elastic_resize_monitor_interval_s``); raise :class:`ResizeStop` if so.
+        Not while a preemption notice is handled (Ray Train's controller is then in
+        PREEMPTING, which makes no scaling decision): the group's last checkpoint comes first."""
+        if not self.spec.scaling.elasticity_enabled or self._notice(group) is not None:
             return
         held: dict[str, list[dict[str, float]]] = {}
         for w, bundle in zip(group.workers, group.bundles, strict=False):
