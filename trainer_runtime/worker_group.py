@@ -133,7 +133,8 @@ class WorkerGroup:
         #: Ray ``runtime_env`` of the worker actors (``RunConfig.worker_runtime_env``); ``env``
         #: is merged into its ``env_vars``.
         self.runtime_env = dict(runtime_env or {})
-        self.bundles = bundles or [scaling.worker_resources()] * scaling.num_workers
+        # One group has a fixed size (an elastic config's size comes through for_group).
+        self.bundles = bundles or [scaling.worker_resources()] * scaling.max_workers
         self.placement_strategy = placement_strategy or scaling.placement_strategy
         self.workers: list[WorkerHandle] = []
         #: Every actor created, ranked or not yet (what :meth:`shutdown` kills).
