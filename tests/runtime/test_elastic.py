@@ -8,6 +8,7 @@ groups of its own (capacity that other work holds, then releases).
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -105,8 +106,6 @@ def test_the_elastic_policy_waits_below_min_and_resizes_only_after_the_interval(
     slow = make_scaling_policy(
         tr.ScalingConfig(num_workers=(2, 4), elastic_resize_monitor_interval_s=3600), capacity
     )
-    import time
-
     assert slow.decide_for_running_group(3, time.monotonic(), held) is None  # too soon
     fixed = make_scaling_policy(tr.ScalingConfig(num_workers=3))
     assert isinstance(fixed, FixedScalingPolicy) and fixed.decide_for_new_group() == 3
