@@ -84,11 +84,13 @@ class PrometheusServer:
         except OSError:
             return False
 
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        """The instant vector ``expr`` evaluates to now (AssertionError on a query error)."""
-        url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode(
-            {"query": expr}
-        )
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        """The instant vector ``expr`` evaluates to now, or at Unix time ``at`` (AssertionError
+        on a query error)."""
+        params: dict[str, Any] = {"query": expr}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode(params)
         try:
             with urllib.request.urlopen(url, timeout=10) as answer:
                 body = json.load(answer)
@@ -112,6 +114,12 @@ class PrometheusServer:
             )
 
         wait_for(f"{count} scrapes of {job}", scraped, timeout=60, every=0.5)
+
+    def last_sample(self, selector: str) -> float | None:
+        """Unix time of the latest sample of ``selector`` (a plain series selector) in the last
+        10 minutes: a target's series go stale once it is gone, so query them at this time."""
+        found = self.query(f"max(max_over_time(timestamp({selector})[10m:1s]))")
+        return float(found[0]["value"][1]) if found else None
 
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL)."""
