@@ -162,8 +162,9 @@ def ray_cluster(gcs_emulator: GCSEmulator) -> Iterator[Any]:
 def ray_validation_node(ray_cluster: Any) -> Iterator[str]:
     """A second Ray node (``ray start``) that alone advertises ``{"validation": 2}``.
 
-    Like a validation pool pod, it advertises no CPUs: only what asks for no CPU and
-    ``validation`` slots (or is pinned to it) runs there.
+    It advertises no CPUs (a validation pool pod advertises its own, for the Ray Data tasks
+    of a validation): only what asks for no CPU and ``validation`` slots (or is pinned to it)
+    runs there.
 
     Yields its node id, so tests can check where validation tasks ran.
     """

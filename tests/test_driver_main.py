@@ -12,7 +12,7 @@ import yaml
 from trainjob_operator.api import TrainJob, load_trainjobs, parse_trainjob
 from trainjob_operator.launcher.driver import load_job
 from trainjob_operator.launcher.trainer import EntrypointError, build_trainer, plan_run
-from trainjob_operator.render import render_driver_pod, render_worker_pods
+from trainjob_operator.render import render_driver_pod, render_validation_pods, render_worker_pods
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -122,7 +122,7 @@ def test_trainer_asks_for_the_gpus_the_worker_pods_get(
     [worker, *_] = render_worker_pods(job, uid="uid-1")
     limits = worker["spec"]["containers"][0]["resources"].get("limits", {})
     assert int(limits.get("nvidia.com/gpu", 0)) == gpus
-    assert f"--num-gpus={gpus}" in worker["spec"]["containers"][0]["command"][-1]
+    assert f"--num-gpus={gpus}" in worker["spec"]["containers"][0]["command"]
     _as_in_the_driver_pod(monkeypatch, job)
     resources = build_trainer(plan_run(job), []).scaling_config.worker_resources()
     assert resources.get("GPU", 0) == gpus
@@ -237,3 +237,22 @@ def test_only_trainjob_run_forwards_spec_env_to_the_worker_actors() -> None:
     assert build_trainer(plan, [], forward_env=False).run_config.worker_env == {}
     [worker] = render_worker_pods(job, uid="uid-1")
     assert {"name": "A", "value": "1"} in worker["spec"]["containers"][0]["env"]
+
+
+def test_train_workers_select_the_worker_pods_ray_nodes_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The validation pool advertises CPUs (for Ray Data's tasks); the driver's trainer places
+    its workers by the Ray node label the worker pods start with, never on a pool node."""
+    job = load_trainjobs(REPO / "examples" / "quickstart.yaml")[0]
+    [worker, *_] = render_worker_pods(job, uid="uid-1")
+    [validation] = render_validation_pods(job, uid="uid-1", validation_replicas=1)
+    assert "--labels=trainjob.dev/pool=train" in worker["spec"]["containers"][0]["command"]
+    pool_command = validation["spec"]["containers"][0]["command"]
+    assert "--labels=trainjob.dev/pool=validation" in pool_command
+    assert "--num-cpus=1" in pool_command
+    _as_in_the_driver_pod(monkeypatch, job)
+    scaling = build_trainer(plan_run(job), []).scaling_config
+    assert scaling.label_selector == {"trainjob.dev/pool": "train"}
+    monkeypatch.delenv("TRAINJOB_WORKER_LABEL_SELECTOR")  # trainjob run: one local Ray node
+    assert build_trainer(plan_run(job), []).scaling_config.label_selector is None

@@ -30,6 +30,7 @@ __all__ = [
     "METRICS_PORT_ENV",
     "NAME_LABEL",
     "PLURAL",
+    "RAY_POOL_LABEL",
     "ROLE_LABEL",
     "SLICE_ID_LABEL",
     "SLICE_LABEL",
@@ -38,6 +39,7 @@ __all__ = [
     "TERMINATION_GRACE_ENV",
     "TIMESTAMP_FORMAT",
     "VERSION",
+    "WORKER_LABEL_SELECTOR_ENV",
     "format_time",
     "now",
     "parse_time",
@@ -71,6 +73,10 @@ The operator sets it in every driver pod (:data:`DRIVER_METRICS_PORT`); ``trainj
 --metrics-port`` sets it too; :mod:`trainer_runtime._driver_metrics` reads it."""
 DRIVER_METRICS_PORT = 9091
 """The driver pod's metrics port (its container port named ``metrics``)."""
+WORKER_LABEL_SELECTOR_ENV = "TRAINJOB_WORKER_LABEL_SELECTOR"
+"""Set in the driver pod: the Ray node labels (JSON) each train worker's node must have, the
+trainer's ``ScalingConfig.label_selector`` (``{RAY_POOL_LABEL: "train"}``): the workers are
+placed on the worker pods' Ray nodes only, never on a validation pool node that has CPUs free."""
 DRIVER_INVALID_INPUT_EXIT_CODE = 2
 """The driver's exit status when its own checks of the TrainJob failed (entrypoint not
 importable, bad config): no restart can fix it, so by default the job fails at once."""
@@ -108,6 +114,11 @@ LAST_DEMAND_ANNOTATION = f"{GROUP}/validation-last-demand"
 FINALIZER = f"{GROUP}/finalizer"
 """The finalizer earlier builds of the operator (kopf's change handlers) put on TrainJobs; the
 operator sets none now, and kopf removes this one where it finds it."""
+RAY_POOL_LABEL = f"{GROUP}/pool"
+"""A Ray node label (``ray start --labels``), not a Kubernetes one: ``train`` on the worker
+pods' Ray nodes, ``validation`` on the validation pool's. The validation pool advertises the
+CPUs of its pods for the Ray Data tasks a validation starts; the train workers select
+``train`` (:data:`WORKER_LABEL_SELECTOR_ENV`), so none is ever placed on a validation node."""
 APP_LABEL = "app.kubernetes.io/name"
 """The recommended Kubernetes application-name label."""
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"

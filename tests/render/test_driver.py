@@ -55,6 +55,7 @@ def test_driver_env() -> None:
         "TRAINJOB_TERMINATION_GRACE_PERIOD_S": "30",
         "PYTHONUNBUFFERED": "1",
         "TRAINJOB_METRICS_PORT": "9091",
+        "TRAINJOB_WORKER_LABEL_SELECTOR": '{"trainjob.dev/pool": "train"}',
         **ray_auth_env("dj"),
         "WANDB_MODE": "offline",
     }

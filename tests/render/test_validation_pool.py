@@ -44,9 +44,10 @@ def test_three_replicas() -> None:
             "--block",
             "--metrics-export-port=8080",
             "--disable-usage-stats",
-            "--num-cpus=0",
+            "--num-cpus=1",  # pool without a cpu: 1, for the Ray Data tasks of a validation
             "--num-gpus=0",
             '--resources={"validation":1}',
+            "--labels=trainjob.dev/pool=validation",
         ]
 
 
@@ -102,6 +103,7 @@ def test_example_pool() -> None:
         assert pod["spec"]["nodeSelector"] == {"cloud.google.com/gke-spot": "true"}
         assert pod["spec"]["serviceAccountName"] == "trainjob-gcs"
         assert container(pod)["resources"]["limits"] == {"cpu": "4", "memory": "16Gi"}
+        assert "--num-cpus=4" in _ray_args(pod)  # the pod's CPUs, for Ray Data's tasks
         # not TPU pods
         assert "google.com/tpu" not in container(pod)["resources"]["limits"]
         assert "affinity" not in pod["spec"]
@@ -110,7 +112,11 @@ def test_example_pool() -> None:
 def test_validation_slots_option() -> None:
     options = RenderOptions(validation_slots=2)
     [pod] = render_validation_pods(_job(), uid=UID, validation_replicas=1, options=options)
-    assert _ray_args(pod)[-3:] == ["--num-cpus=0", "--num-gpus=0", '--resources={"validation":2}']
+    assert _ray_args(pod)[-3:] == [
+        "--num-gpus=0",
+        '--resources={"validation":2}',
+        "--labels=trainjob.dev/pool=validation",
+    ]
     with pytest.raises(ValueError, match="validation_slots"):
         RenderOptions(validation_slots=0)
 

@@ -137,6 +137,7 @@ def test_tpu_ray_start_advertises_chips_and_cpus() -> None:
         "--num-cpus=8",
         "--num-gpus=0",
         '--resources={"TPU":4}',
+        "--labels=trainjob.dev/pool=train",
     ]
 
 
@@ -268,7 +269,7 @@ def test_gpu_workers_get_one_gpu_each() -> None:
             "requests": {"cpu": "4", "nvidia.com/gpu": "1"},
             "limits": {"cpu": "4", "nvidia.com/gpu": "1"},
         }
-        assert _ray_start_args(pod)[-2:] == ["--num-cpus=4", "--num-gpus=1"]
+        assert _ray_start_args(pod)[-3:-1] == ["--num-cpus=4", "--num-gpus=1"]
         assert "nodeSelector" not in pod["spec"]
         assert "tolerations" not in pod["spec"]
         assert "affinity" not in pod["spec"]
@@ -281,7 +282,7 @@ def test_gpu_count_from_resources_per_worker() -> None:
     )
     [pod] = render_worker_pods(job, uid=UID)
     assert container(pod)["resources"]["limits"] == {"nvidia.com/gpu": "2"}
-    assert _ray_start_args(pod)[-2:] == ["--num-cpus=1", "--num-gpus=2"]
+    assert _ray_start_args(pod)[-3:-1] == ["--num-cpus=1", "--num-gpus=2"]
 
 
 def test_fractional_gpu_is_rejected() -> None:
@@ -298,7 +299,11 @@ def test_cpu_quickstart_workers() -> None:
             "requests": {"cpu": "1"},
             "limits": {"cpu": "1"},
         }
-        assert _ray_start_args(pod)[-2:] == ["--num-cpus=1", "--num-gpus=0"]
+        assert _ray_start_args(pod)[-3:] == [
+            "--num-cpus=1",
+            "--num-gpus=0",
+            "--labels=trainjob.dev/pool=train",  # the driver's workers select it
+        ]
         assert pod["metadata"]["namespace"] == "default"  # the manifest has none
         assert pod["spec"]["automountServiceAccountToken"] is False
         assert "serviceAccountName" not in pod["spec"]

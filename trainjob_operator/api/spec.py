@@ -4,6 +4,7 @@ checkpoints, storage, failure budgets and the Ray cluster. The workers are in
 
 from __future__ import annotations
 
+import math
 import re
 from enum import StrEnum
 from typing import Annotated, Literal
@@ -18,6 +19,7 @@ from trainjob_operator.api.fields import (
     ResourceMap,
     api_error,
 )
+from trainjob_operator.api.quantity import parse_quantity
 from trainjob_operator.api.scaling import ScalingConfig
 from trainjob_operator.constants import DRIVER_INVALID_INPUT_EXIT_CODE, DRIVER_PREEMPTED_EXIT_CODE
 
@@ -110,7 +112,12 @@ class ValidationPoolConfig(ApiModel):
     min_replicas: int = Field(default=0, ge=0, description="Pods kept while idle.")
     max_replicas: int = Field(default=1, ge=1, description="Upper bound of validation pods.")
     resources: ResourceMap = Field(
-        default_factory=dict, description="Resources of each validation pod."
+        default_factory=dict,
+        description=(
+            "Resources of each validation pod. Its Ray node advertises the cpu (rounded up, "
+            "at least 1) to the tasks a validation starts, such as Ray Data's; the "
+            "validation task itself takes none."
+        ),
     )
     node_selector: dict[str, str] = Field(
         default_factory=dict, description="Node selector of the validation pods."
@@ -124,6 +131,16 @@ class ValidationPoolConfig(ApiModel):
     idle_seconds: int = Field(
         default=300, ge=0, description="Scale down to minReplicas after this many idle seconds."
     )
+
+    def cpus_per_pod(self) -> int:
+        """Logical CPUs a validation pod's Ray node advertises: its ``cpu`` rounded up, at
+        least 1 (1 without). The validation task asks for none (only the ``validation``
+        resource), so they are free for the Ray Data tasks a validation starts; the train
+        workers never use them (they select the worker pods' Ray node label)."""
+        quantity = self.resources.get("cpu")
+        if quantity is None:
+            return 1
+        return max(1, math.ceil(parse_quantity(quantity) - 1e-9))
 
     @model_validator(mode="after")
     def _check(self) -> ValidationPoolConfig:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from trainer_runtime.callbacks import Callback
 from trainer_runtime.config import VALIDATION_RESOURCE
 from trainjob_operator.api.fields import split_entrypoint
 from trainjob_operator.api.trainjob import TrainJob
+from trainjob_operator.constants import WORKER_LABEL_SELECTOR_ENV
 
 __all__ = [
     "DEFAULT_LOCAL_STORAGE",
@@ -155,6 +157,19 @@ def plan_run(
     return RunPlan(job, train_fn, validate_fn, workers, storage, cpus, worker_gpus=gpus)
 
 
+def worker_label_selector() -> dict[str, str] | None:
+    """The Ray node labels the train workers must be placed on: set by the operator in the
+    driver pod (:data:`~trainjob_operator.constants.WORKER_LABEL_SELECTOR_ENV`: the worker
+    pods' Ray nodes, not the validation pool's); None elsewhere (``trainjob run``)."""
+    value = os.environ.get(WORKER_LABEL_SELECTOR_ENV)
+    if not value:
+        return None
+    selector = json.loads(value)
+    if not isinstance(selector, dict):
+        raise ValueError(f"{WORKER_LABEL_SELECTOR_ENV} must be a JSON object, got {value!r}")
+    return {str(key): str(label) for key, label in selector.items()}
+
+
 def build_trainer(plan: RunPlan, callbacks: list[Callback], *, forward_env: bool = True) -> Any:
     """The runtime trainer (TorchTrainer / JaxTrainer) for a planned run.
 
@@ -220,6 +235,7 @@ def build_trainer(plan: RunPlan, callbacks: list[Callback], *, forward_env: bool
         placement_timeout_s=(
             float(timeout) if timeout is not None else ScalingConfig.placement_timeout_s
         ),
+        label_selector=worker_label_selector(),
     )
     if spec.framework == "torch":
         from trainer_runtime.torch import TorchTrainer

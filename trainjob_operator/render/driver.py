@@ -49,6 +49,7 @@ from trainjob_operator.constants import (
     KIND,
     METRICS_PORT_ENV,
     PLURAL,
+    WORKER_LABEL_SELECTOR_ENV,
 )
 from trainjob_operator.render.context import (
     RenderContext,
@@ -62,7 +63,7 @@ from trainjob_operator.render.names import driver_name
 from trainjob_operator.render.options import RenderOptions
 from trainjob_operator.render.pod_template import OPERATOR_VOLUMES
 from trainjob_operator.render.pods import build_container, build_pod, env_var
-from trainjob_operator.render.ray import wait_for_head_script
+from trainjob_operator.render.ray import TRAIN_POOL_LABELS, wait_for_head_script
 
 __all__ = [
     "DRIVER_MAIN_MODULE",
@@ -229,6 +230,12 @@ def driver_pod(ctx: RenderContext) -> dict[str, Any]:
         env_var("PYTHONUNBUFFERED", "1"),
         env_var(METRICS_PORT_ENV, str(DRIVER_METRICS_PORT)),
     ]
+    scaling = ctx.job.spec.scaling
+    if scaling.num_workers > 0 and scaling.tpu is None:
+        # The train workers go to the worker pods' Ray nodes only (TPU workers are placed
+        # by their TPU resources): the validation pool's CPUs are for Ray Data's tasks.
+        selector = json.dumps(dict(TRAIN_POOL_LABELS), sort_keys=True)
+        env.append(env_var(WORKER_LABEL_SELECTOR_ENV, selector))
     # Under the storage account the per-job account's token comes from its Secret.
     borrowed = ctx.storage_service_account is not None
     token_path = OPERATOR_VOLUMES[DRIVER_TOKEN_VOLUME]

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from trainjob_operator.api.quantity import parse_quantity
+from trainjob_operator.constants import RAY_POOL_LABEL
 from trainjob_operator.render.names import GCS_PORT
 
 if TYPE_CHECKING:
@@ -22,7 +23,10 @@ __all__ = [
     "PRELOAD_MEMORY_PER_CPU",
     "RAY_NODE_MODULE",
     "TORCH_PRELOAD_MODULES",
+    "TRAIN_POOL_LABELS",
+    "VALIDATION_POOL_LABELS",
     "WORKER_PRESTART_ENV_NAMES",
+    "ray_labels_arg",
     "ray_resources_arg",
     "ray_worker_command",
     "wait_for_head_script",
@@ -78,6 +82,18 @@ def ray_worker_command(ctx: RenderContext, ray_args: Sequence[str]) -> list[str]
 def ray_resources_arg(resources: Mapping[str, float | int]) -> str:
     """``--resources=<json>`` with sorted keys (deterministic)."""
     return "--resources=" + json.dumps(dict(resources), sort_keys=True, separators=(",", ":"))
+
+
+TRAIN_POOL_LABELS: Mapping[str, str] = {RAY_POOL_LABEL: "train"}
+"""Ray node labels of the worker pods; the driver's train workers select them
+(:data:`~trainjob_operator.constants.WORKER_LABEL_SELECTOR_ENV`)."""
+VALIDATION_POOL_LABELS: Mapping[str, str] = {RAY_POOL_LABEL: "validation"}
+"""Ray node labels of the validation pool's pods."""
+
+
+def ray_labels_arg(labels: Mapping[str, str]) -> str:
+    """``--labels=k1=v1,k2=v2`` (Ray node labels, sorted: deterministic)."""
+    return "--labels=" + ",".join(f"{key}={labels[key]}" for key in sorted(labels))
 
 
 TORCH_PRELOAD_MODULES = "torch.distributed,torch._dynamo"

@@ -16,7 +16,13 @@ from trainjob_operator.render.context import RenderContext, build_context, commo
 from trainjob_operator.render.names import validation_pod_name
 from trainjob_operator.render.options import RenderOptions
 from trainjob_operator.render.pods import build_container, build_pod
-from trainjob_operator.render.ray import METRICS_PORT, ray_resources_arg, ray_worker_command
+from trainjob_operator.render.ray import (
+    METRICS_PORT,
+    VALIDATION_POOL_LABELS,
+    ray_labels_arg,
+    ray_resources_arg,
+    ray_worker_command,
+)
 
 __all__ = ["VALIDATION_RESOURCE", "render_validation_pods", "validation_pods"]
 VALIDATION_RESOURCE = "validation"
@@ -34,6 +40,8 @@ def render_validation_pods(
     """``validation_replicas`` validation pool pods ``<job>-val-0`` ... ``<job>-val-<n-1>``.
 
     Each runs ``ray start --address=<head>:6379 --block --resources={"validation": slots}``
+    ``--num-cpus=<pool cpu, rounded up>`` (free for the Ray Data tasks a validation starts:
+    the validation task takes none, the train workers select the worker pods' Ray node label)
     with ``pool.resources``, the node selector ``options.validation_node_selector`` (the
     operator-wide default) <- ``spec.podTemplate.nodeSelector`` <- ``pool.nodeSelector`` <-
     ``cloud.google.com/gke-spot: "true"`` (when ``pool.spot``), and the pool tolerations (plus
@@ -71,9 +79,10 @@ def validation_pods(ctx: RenderContext, validation_replicas: int) -> list[dict[s
     placement = ctx.validation_placement
     slots = ctx.options.validation_slots
     args = [
-        "--num-cpus=0",
+        f"--num-cpus={pool.cpus_per_pod()}",  # for Ray Data's tasks; the validation takes none
         "--num-gpus=0",
         ray_resources_arg({VALIDATION_RESOURCE: slots}),
+        ray_labels_arg(VALIDATION_POOL_LABELS),
     ]
     command = ray_worker_command(ctx, args)
     pods = []

@@ -30,6 +30,8 @@ from trainjob_operator.render.pods import build_container, build_pod, env_var
 from trainjob_operator.render.ray import (
     MEGASCALE_PORT,
     METRICS_PORT,
+    TRAIN_POOL_LABELS,
+    ray_labels_arg,
     ray_resources_arg,
     ray_worker_command,
     worker_prestart_env,
@@ -45,7 +47,7 @@ def _cpu_gpu_workers(ctx: RenderContext) -> list[dict[str, Any]]:
     placement = ctx.worker_placement
     gpus = ctx.job.spec.scaling.gpus_per_worker()
     cpus = ctx.job.spec.scaling.cpus_per_worker()
-    args = [f"--num-cpus={cpus}", f"--num-gpus={gpus}"]
+    args = [f"--num-cpus={cpus}", f"--num-gpus={gpus}", ray_labels_arg(TRAIN_POOL_LABELS)]
     command = ray_worker_command(ctx, args)
     env = [*common_env(ctx), *worker_prestart_env(ctx)]
     pods = []
@@ -158,6 +160,7 @@ def _tpu_workers(ctx: RenderContext) -> list[dict[str, Any]]:
         f"--num-cpus={ctx.job.spec.scaling.cpus_per_worker()}",
         "--num-gpus=0",
         ray_resources_arg({"TPU": shape.chips_per_host}),
+        ray_labels_arg(TRAIN_POOL_LABELS),
     ]
     command = ray_worker_command(ctx, args)
     ports: tuple[tuple[str, int], ...] = (("metrics", METRICS_PORT),)
