@@ -13,6 +13,8 @@ import math
 import threading
 from typing import Any
 
+# The step rule is the driver metrics' (trainjob_train_step): one rule for both.
+from trainer_runtime._driver_metrics import step_of
 from trainer_runtime.callbacks import Callback
 from trainer_runtime.checkpoint_manager import CheckpointRecord, CheckpointStatus
 from trainjob_operator.api.status import ConditionType, Phase, Reason, TrainJobStatus
@@ -48,14 +50,6 @@ def _finite_score(value: Any) -> float | None:
 
 def _now() -> str:
     return now()
-
-
-def step_of(metrics: dict[str, Any] | None, fallback: int) -> int:
-    for key in ("step", "global_step", "iteration", "epoch"):
-        value = (metrics or {}).get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-            return value
-    return fallback
 
 
 class StatusTracker(Callback):
