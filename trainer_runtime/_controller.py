@@ -693,6 +693,12 @@ class RayController(BaseController):
         try:
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=30.0)
+                if ready and len(pending) > 1:
+                    # Every other answer already in, too: one pass over the pending polls
+                    # per batch of answers, not per answer (O(ranks) each).
+                    others = [ref for ref in pending if ref != ready[0]]
+                    more, _ = ray.wait(others, num_returns=len(others), timeout=0)
+                    ready += more
                 for ref in ready:
                     rank = pending.pop(ref)
                     try:

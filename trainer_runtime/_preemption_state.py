@@ -28,6 +28,8 @@ class PreemptionState:
     def __init__(self, manager: CheckpointManager) -> None:
         self._manager = manager
         self.world_size = 1
+        #: ``set(range(world_size))``, built once per worker group (not once per report).
+        self._everyone: set[int] = {0}
         #: Ray nodes being drained (node id -> deadline ms), kept current by the controller.
         self.drained_nodes: dict[str, int] = {}
         #: The first non-None answer to ``get_preemption_info()``, and the latest committed
@@ -43,6 +45,7 @@ class PreemptionState:
     def begin(self, world_size: int) -> None:
         """A new worker group: no notice, no drained node, every rank required."""
         self.world_size = world_size
+        self._everyone = set(range(world_size))
         self.drained_nodes = {}
         self.notice = None
         self.latest_at_notice = None
@@ -55,10 +58,10 @@ class PreemptionState:
 
     @property
     def required(self) -> set[int]:
-        """The ranks report rounds and collectives wait for."""
+        """The ranks report rounds and collectives wait for (not to be modified)."""
         if self.required_ranks is not None:
             return self.required_ranks
-        return set(range(self.world_size))
+        return self._everyone
 
     @property
     def relaxed(self) -> bool:

@@ -125,7 +125,9 @@ class WorkerRequests:
     def _answer_collective(self, seq: int) -> bool:
         """Answer collective ``seq`` if every required rank is in it; whether it was."""
         collective = self._collectives[seq]
-        if not self._preemption.required <= collective.arrived.keys():
+        required = self._preemption.required
+        # The count first: the set comparison only once enough ranks arrived.
+        if len(collective.arrived) < len(required) or not required <= collective.arrived.keys():
             return False
         del self._collectives[seq]
         answer = collective.data

@@ -38,6 +38,13 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class _Round:
+    """One report round's reports and uploads.
+
+    Kept so that each report and each upload costs O(1), not O(ranks): a round of N ranks
+    is matched and checked in O(N) in all (the folder, whether every rank reported, and
+    the uploads still awaited are updated as events arrive, not recomputed from them).
+    """
+
     index: int
     reports: dict[int, ReportEvent] = field(default_factory=dict)
     uploaded: set[int] = field(default_factory=set)
@@ -46,18 +53,44 @@ class _Round:
     #: Ranks whose upload was claimed before their report (relaxed collectives, SYNC):
     #: waited for like the uploads of ranks that reported a checkpoint.
     claimed: set[int] = field(default_factory=set)
+    #: The round's checkpoint folder: the first reported one (all ranks must agree).
+    checkpoint_uri: str | None = None
+    #: Ranks that reported a checkpoint or claimed an upload and have not stored it yet.
+    awaiting: set[int] = field(default_factory=set)
+    #: Every required rank reported (stays true: reports only arrive, and the required
+    #: ranks only shrink within a worker group).
+    all_reported: bool = False
 
-    @property
-    def checkpoint_uri(self) -> str | None:
-        return next((r.checkpoint_uri for r in self.reports.values() if r.checkpoint_uri), None)
+    def add_report(self, event: ReportEvent) -> None:
+        """Record ``event`` (its rank's first report of this round)."""
+        self.reports[event.rank] = event
+        if event.checkpoint_uri:
+            if self.checkpoint_uri is None:
+                self.checkpoint_uri = event.checkpoint_uri
+            if event.rank not in self.uploaded:
+                self.awaiting.add(event.rank)
+
+    def add_claim(self, rank: int) -> None:
+        """``rank`` is about to store its checkpoint of this round."""
+        self.claimed.add(rank)
+        if rank not in self.uploaded:
+            self.awaiting.add(rank)
+
+    def add_upload(self, rank: int, stored: dict[str, StoredFile] | None) -> None:
+        """``rank`` stored its files of this round."""
+        self.uploaded.add(rank)
+        self.stored[rank] = stored
+        self.awaiting.discard(rank)
 
     def complete(self, required: set[int]) -> bool:
         """Every required rank reported, and every rank that reported a checkpoint (required
         or not) finished storing it: a round never commits with a shard half-written."""
-        if not required <= self.reports.keys():
-            return False
-        need = {rank for rank, r in self.reports.items() if r.checkpoint_uri} | self.claimed
-        return need <= self.uploaded
+        if not self.all_reported:
+            # The count first: the set comparison only once the last report is in.
+            if len(self.reports) < len(required) or not required <= self.reports.keys():
+                return False
+            self.all_reported = True
+        return not self.awaiting
 
 
 class RoundTracker:
@@ -96,6 +129,9 @@ class RoundTracker:
         self.offset = 0
         #: Reports of this attempt, by rank.
         self.report_counts: dict[int, int] = {}
+        #: ``_committed_rounds``' index and the manager's record list it was built from.
+        self._indexed: list[CheckpointRecord] | None = None
+        self._rounds_by_path: dict[str, set[int]] = {}
 
     # -- attempts -------------------------------------------------------------------------
     def begin(self, world_size: int) -> int:
@@ -159,13 +195,13 @@ class RoundTracker:
                 "own shard files into it)"
             )
         if event.checkpoint_uri and any(
-            r.path == event.checkpoint_uri and r.round != event.round for r in self._manager.records
+            index != event.round for index in self._committed_rounds(event.checkpoint_uri)
         ):
             raise UserConfigError(
                 f"report round {event.round}: checkpoint folder {event.checkpoint_uri} already "
                 "holds a committed checkpoint of an earlier round; pick a new checkpoint_dir_name"
             )
-        rnd.reports[event.rank] = event
+        rnd.add_report(event)
         self.report_counts[event.rank] = self.report_counts.get(event.rank, 0) + 1
         _driver_metrics.note_report_blocked(event.previous_report_s)
         _driver_metrics.note_report(event.rank, event.round, event.metrics)
@@ -179,8 +215,7 @@ class RoundTracker:
     def on_upload_done(self, event: UploadDoneEvent) -> None:
         """A rank stored its files of a round."""
         rnd = self._round(event.round)
-        rnd.uploaded.add(event.rank)
-        rnd.stored[event.rank] = event.stored
+        rnd.add_upload(event.rank, event.stored)
         self.bytes_uploaded += event.bytes
         if event.seconds or event.bytes:  # not NO_UPLOAD's "stored in place"
             _driver_metrics.note_upload(event.seconds, event.bytes)
@@ -198,7 +233,7 @@ class RoundTracker:
                 round_index,
             )
             return False
-        self._round(round_index).claimed.add(rank)
+        self._round(round_index).add_claim(rank)
         return True
 
     def next_round_waits_only_on(self, ranks: set[int], world_size: int) -> bool:
@@ -213,6 +248,20 @@ class RoundTracker:
             if report.checkpoint_uri and rank not in rnd.uploaded
         }
         return bool(missing) and missing <= ranks
+
+    def _committed_rounds(self, path: str) -> set[int]:
+        """The rounds of the committed checkpoints in folder ``path`` (usually none).
+
+        An index of the manager's records, rebuilt when they change (the manager replaces
+        its list on every change, never edits it), so a report costs O(1), not O(records).
+        """
+        records = self._manager.records
+        if self._indexed is not records:
+            self._indexed = records
+            self._rounds_by_path = {}
+            for record in records:
+                self._rounds_by_path.setdefault(record.path, set()).add(record.round)
+        return self._rounds_by_path.get(path, set())
 
     # -- commits --------------------------------------------------------------------------
     def _round(self, index: int) -> _Round:

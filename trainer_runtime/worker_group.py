@@ -59,32 +59,31 @@ def assign_ranks(infos: list[dict[str, Any]]) -> list[tuple[int, int, int, int]]
     Workers on one node get consecutive world ranks; nodes are ordered by the
     first worker placed on them. Returns a list indexed like ``infos``.
     """
-    node_order: list[str] = []
+    node_order: dict[str, int] = {}  # node id -> its position (first placement first)
     for info in infos:
-        if info["node_id"] not in node_order:
-            node_order.append(info["node_id"])
-    order = sorted(range(len(infos)), key=lambda i: (node_order.index(infos[i]["node_id"]), i))
-    per_node = {n: sum(1 for i in infos if i["node_id"] == n) for n in node_order}
+        node_order.setdefault(info["node_id"], len(node_order))
+    order = sorted(range(len(infos)), key=lambda i: (node_order[infos[i]["node_id"]], i))
+    per_node = Counter(info["node_id"] for info in infos)
     local_seen: dict[str, int] = {}
     out: list[tuple[int, int, int, int]] = [(0, 0, 0, 0)] * len(infos)
     for world_rank, i in enumerate(order):
         node = infos[i]["node_id"]
         local = local_seen.get(node, 0)
         local_seen[node] = local + 1
-        out[i] = (world_rank, local, per_node[node], node_order.index(node))
+        out[i] = (world_rank, local, per_node[node], node_order[node])
     return out
 
 
 def _local_ranks(node_ids: Sequence[str]) -> list[tuple[int, int, int]]:
     """``(local rank, local world size, node rank)`` of workers given in rank order."""
-    order: list[str] = []
+    order: dict[str, int] = {}
     for node in node_ids:
-        if node not in order:
-            order.append(node)
+        order.setdefault(node, len(order))
+    counts = Counter(node_ids)
     seen: dict[str, int] = {}
     out = []
     for node in node_ids:
-        out.append((seen.get(node, 0), node_ids.count(node), order.index(node)))
+        out.append((seen.get(node, 0), counts[node], order[node]))
         seen[node] = seen.get(node, 0) + 1
     return out
 
