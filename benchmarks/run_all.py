@@ -46,6 +46,7 @@ BENCHES: dict[str, tuple[str, list[str]]] = {
     "startup_pods": ("benchmarks/bench_startup.py", ["--layout", "pods"]),
     "local": ("benchmarks/bench_local.py", []),
     "operator": ("benchmarks/bench_operator.py", []),
+    "scale": ("benchmarks/bench_scale.py", []),
 }
 #: Not run by ``--quick`` (unless named with ``--only``): 1 GiB every 30 s takes ~25 minutes.
 NOT_QUICK = ("async_checkpoint_1gib",)
@@ -833,6 +834,7 @@ def render(runs: dict[str, dict[str, Any]] | None, quick: bool, write: bool = Tr
         ("startup_pods", sections.render_startup_pods, None),
         ("local", sections.render_local, sections.plot_local),
         ("operator", sections.render_operator, sections.plot_operator),
+        ("scale", sections.render_scale, sections.plot_scale),
     ):
         data = stored[name]
         if data is None:

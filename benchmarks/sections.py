@@ -892,3 +892,199 @@ def plot_operator(data: dict[str, Any], out: Path) -> None:
     fig.tight_layout()
     fig.savefig(out / "operator_timeline.png", dpi=110)
     plt.close(fig)
+
+
+# -- 7. many ranks ----------------------------------------------------------------------------
+#: The configurations of ``bench_scale.py``: (key, column label) in table order.
+SCALE_CONFIGS = (
+    ("ours", "trainer_runtime"),
+    ("ray_default", "Ray Train, poll 2 s (default)"),
+    ("ray_tuned", "Ray Train, poll {poll:g} s"),
+)
+
+
+def _scale_runs(data: dict[str, Any]) -> dict[tuple[int, str], dict[str, Any]]:
+    """``(ranks, configuration key) -> run`` (keys as in :data:`SCALE_CONFIGS`)."""
+    out = {}
+    for run in data["runs"]:
+        if run["framework"] == "ours":
+            key = "ours"
+        else:
+            key = "ray_default" if run["ray_poll_s"] is None else "ray_tuned"
+        out[(run["workers"], key)] = run
+    return out
+
+
+def _scale_verdicts(
+    runs: dict[tuple[int, str], dict[str, Any]], sizes: list[int]
+) -> tuple[list[str], list[str]]:
+    """Per figure: does ours lead every Ray Train configuration at every size, and does its
+    cost per round / per start grow no faster than the ranks (first size -> last size)?"""
+    figures = (
+        ("rounds/s", "rounds_per_s", True),
+        ("last report() -> commit p50", "commit_ms_p50", False),
+        ("fit() -> first step", "to_first_step_s", False),
+    )
+    lead, linear = [], []
+    for label, key, higher in figures:
+        lost = [
+            f"{n} ranks vs {other}"
+            for n in sizes
+            for other in ("ray_default", "ray_tuned")
+            if (n, "ours") in runs
+            and (n, other) in runs
+            and (
+                runs[(n, "ours")][key] < runs[(n, other)][key]
+                if higher
+                else runs[(n, "ours")][key] > runs[(n, other)][key]
+            )
+        ]
+        lead.append(f"{label}: " + ("**met**" if not lost else f"**not met** ({', '.join(lost)})"))
+        first, last = sizes[0], sizes[-1]
+        if (first, "ours") in runs and (last, "ours") in runs:
+            a, b = runs[(first, "ours")][key], runs[(last, "ours")][key]
+            growth = a / b if higher else b / a  # how much more time a round/start takes
+            allowed = last / first
+            verdict = "**met**" if growth <= allowed else "**not met**"
+            linear.append(
+                f"{label}: {growth:.1f}x from {first} to {last} ranks ({allowed:g}x the ranks): "
+                f"{verdict}"
+            )
+    return lead, linear
+
+
+def render_scale(data: dict[str, Any], img_rel: str) -> tuple[str, list[list[str]]]:
+    """Section 7 (many ranks) and its headline rows."""
+    p = data["params"]
+    runs = _scale_runs(data)
+    sizes = sorted({n for n, _ in runs})
+    labels = [label.format(poll=p["ray_poll_s"]) for _, label in SCALE_CONFIGS]
+    keys = [k for k, _ in SCALE_CONFIGS]
+
+    def figure_table(fmt: Any, key: str, higher: bool, extra: Any = None) -> str:
+        rows = []
+        for n in sizes:
+            ours = runs.get((n, "ours"))
+            row = [str(n)] + [fmt(runs[(n, k)]) if (n, k) in runs else "n/a" for k in keys]
+            for other in ("ray_default", "ray_tuned"):
+                theirs = runs.get((n, other))
+                if ours is None or theirs is None:
+                    row.append("n/a")
+                elif higher:
+                    row.append(ratio(ours[key], theirs[key]))
+                else:
+                    row.append(ratio(theirs[key], ours[key]))
+            if extra is not None:
+                row.append(extra(ours) if ours else "n/a")
+            rows.append(row)
+        header = ["ranks", *labels, f"vs {labels[1]}", f"vs {labels[2]}"]
+        if extra is not None:
+            header.append("trainer_runtime, per rank")
+        return table(header, rows)
+
+    rounds_table = figure_table(
+        lambda r: f(r["rounds_per_s"], 1),
+        "rounds_per_s",
+        True,
+        lambda r: f"{f(r['rounds_per_s'] * r['workers'], 0)} reports/s",
+    )
+    commit_table = figure_table(
+        lambda r: f"{f(r['commit_ms_p50'], 1)} ({f(r['commit_ms_max'], 1)})", "commit_ms_p50", False
+    )
+    start_table = figure_table(
+        lambda r: f(r["to_first_step_s"], 2),
+        "to_first_step_s",
+        False,
+        lambda r: f"{f(1000 * r['to_first_step_s'] / r['workers'], 0)} ms per rank",
+    )
+    memory_rows = [
+        [
+            str(n),
+            *(
+                f(runs[(n, k)].get("mem_available_min_gib"), 1) if (n, k) in runs else "n/a"
+                for k in keys
+            ),
+        ]
+        for n in sizes
+    ]
+    lead, linear = _scale_verdicts(runs, sizes)
+    skipped = "".join(
+        f"* {s['framework']}, {s['workers']} ranks: {s['why']}\n" for s in data.get("skipped") or []
+    )
+    biggest = sizes[-1] if sizes else 0
+    headline = []
+    for label, key, unit, higher in (
+        ("report rounds/s", "rounds_per_s", "", True),
+        ("last rank's `report()` -> checkpoint committed, p50", "commit_ms_p50", " ms", False),
+        ("`fit()` -> first step", "to_first_step_s", " s", False),
+    ):
+        ours = runs.get((biggest, "ours"))
+        default = runs.get((biggest, "ray_default"))
+        tuned = runs.get((biggest, "ray_tuned"))
+        if ours is None or default is None:
+            continue
+        digits = 2 if key == "to_first_step_s" else 1
+        theirs = f"{f(default[key], digits)}{unit}"
+        ratios = ratio(ours[key], default[key]) if higher else ratio(default[key], ours[key])
+        if tuned is not None:
+            theirs += f" (poll {p['ray_poll_s']:g} s: {f(tuned[key], digits)}{unit})"
+            ratios += (
+                f" ({ratio(ours[key], tuned[key]) if higher else ratio(tuned[key], ours[key])})"
+            )
+        headline.append(
+            [
+                f"{label}, {biggest} ranks, lightweight workers",
+                f"{f(ours[key], digits)}{unit}",
+                theirs,
+                ratios + (" more" if higher else " faster"),
+            ]
+        )
+    text = templates.fill(
+        "scale",
+        p=p,
+        sizes=", ".join(map(str, sizes)),
+        rounds_table=rounds_table,
+        commit_table=commit_table,
+        start_table=start_table,
+        memory_table=table(["ranks", *labels], memory_rows),
+        lead="\n".join(f"* {x}" for x in lead),
+        linear="\n".join(f"* {x}" for x in linear),
+        skipped=skipped or "* none\n",
+        img_rel=img_rel,
+    )
+    return text, headline
+
+
+def plot_scale(data: dict[str, Any], out: Path) -> None:
+    """scale.png: the three figures against the ranks (log-log), one line per configuration."""
+    plt = _plt()
+    runs = _scale_runs(data)
+    sizes = sorted({n for n, _ in runs})
+    poll = data["params"]["ray_poll_s"]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    for ax, (key, title, ylabel) in zip(
+        axes,
+        (
+            ("rounds_per_s", "report rounds per second", "rounds/s (log)"),
+            ("commit_ms_p50", "last report() -> commit, p50", "ms (log)"),
+            ("to_first_step_s", "fit() -> first step", "seconds (log)"),
+        ),
+        strict=True,
+    ):
+        for conf, label in SCALE_CONFIGS:
+            xs = [n for n in sizes if (n, conf) in runs]
+            ax.plot(
+                xs, [runs[(n, conf)][key] for n in xs], marker="o", label=label.format(poll=poll)
+            )
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(sizes)
+        ax.set_xticklabels([str(n) for n in sizes])
+        ax.set_xlabel("ranks")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "scale.png", dpi=110)
+    plt.close(fig)
