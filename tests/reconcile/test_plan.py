@@ -167,11 +167,28 @@ def test_driver_failure_restarts_the_whole_cluster_until_max_restarts() -> None:
     assert "maxRestarts=1 exhausted" in plan3.status["message"]
 
 
-def test_pods_of_an_earlier_attempt_are_deleted() -> None:
-    plan = plan_reconcile(
-        _job(), {"phase": "Restarting", "restarts": 1}, _running(0), _desired(1), NOW
-    )
-    assert sorted(n for _, n in plan.delete) == _names(_running(0))
+def test_pods_of_an_earlier_attempt_are_deleted_the_driver_first() -> None:
+    """While the old attempt's head is up, its running driver goes first (its SIGTERM lets
+    it commit what it can and exit 3); the head and workers once it ended, or at once when
+    the head is already gone or going (nothing more can be committed)."""
+    restarting = {"phase": "Restarting", "restarts": 1}
+    plan = plan_reconcile(_job(), restarting, _running(0), _desired(1), NOW)
+    assert [n for _, n in plan.delete] == ["tj-driver"] and plan.create == []
+    assert plan.requeue_after == 1.0
+    ending = _running(0)
+    ending[-1]["metadata"]["deletionTimestamp"] = "2026-12-01T11:59:59Z"
+    plan = plan_reconcile(_job(), restarting, ending, _desired(1), NOW)
+    assert plan.delete == []  # the driver is still committing
+    ending[-1]["status"]["phase"] = "Failed"
+    plan = plan_reconcile(_job(), restarting, ending, _desired(1), NOW)
+    assert sorted(n for _, n in plan.delete) == ["tj-head", "tj-w0", "tj-w1"]
+    without_driver = _running(0)[:-1]
+    plan = plan_reconcile(_job(), restarting, without_driver, _desired(1), NOW)
+    assert sorted(n for _, n in plan.delete) == ["tj-head", "tj-w0", "tj-w1"]
+    head_going = _running(0)
+    head_going[0]["metadata"]["deletionTimestamp"] = "2026-12-01T11:59:59Z"
+    plan = plan_reconcile(_job(), restarting, head_going, _desired(1), NOW)
+    assert sorted(n for _, n in plan.delete) == ["tj-driver", "tj-w0", "tj-w1"]
 
 
 def test_suspend_tears_down_and_resume_recreates() -> None:

@@ -268,9 +268,17 @@ class Reconcile:
         )
         self.set_phase(Phase.RESTARTING, reason, message, EventType.WARNING)
         self.set_condition(ConditionType.RESTARTING, True, reason, message)
-        self.delete_pods(keep_driver=False)
+        self.delete_pods_driver_first(self.pods)
         self.plan.requeue_at_most(float(delay) if delay else 1.0)
         return True
+
+    def delete_pods_driver_first(self, pods: list[dict[str, Any]]) -> None:
+        """Delete ``pods`` (those not already terminating) for a restart, the driver first
+        while the Ray head is up (:func:`pods_to_delete_now`): the driver's SIGTERM lets it
+        commit what it can and exit; the head and the workers go once it ended (a later
+        reconcile, :func:`check_stale_pods_if_needed`)."""
+        for pod in pods_to_delete_now(pods):
+            self.plan.delete.append(("Pod", name_of(pod)))
 
     def pod_failed(self, pod: dict[str, Any], reason: str, message: str) -> bool:
         """A head or driver pod failed or was disrupted: ``failure.rules`` and the defaults
@@ -299,6 +307,24 @@ class Reconcile:
     def deleting(self, name: str) -> bool:
         """Whether this plan already deletes pod ``name``."""
         return ("Pod", name) in self.plan.delete
+
+
+def pods_to_delete_now(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Which of a restarted attempt's ``pods`` to delete now (those not already
+    terminating): only the driver while it still runs next to a Ray head that is up (not
+    ended, not terminating, not disrupted), so that its SIGTERM lets it commit the
+    checkpoint round in flight (or the one the train function saves on the notice) and exit
+    3 before Ray goes away, within its grace period; every pod otherwise (the head is gone
+    or going: nothing more can be committed, so nothing waits for the driver)."""
+    live = [p for p in pods if not terminating(p)]
+    driver_running = any(role_of(p) == "driver" and not pod_done(p) for p in pods)
+    head_up = any(
+        role_of(p) == "head" and not pod_done(p) and not terminating(p) and not pod_disrupted(p)
+        for p in pods
+    )
+    if driver_running and head_up:
+        return [p for p in live if role_of(p) == "driver"]
+    return live
 
 
 def as_disruption_target(pod: dict[str, Any]) -> dict[str, Any]:
@@ -381,10 +407,14 @@ def check_resume_if_needed(r: Reconcile) -> Done:
 
 
 def check_stale_pods_if_needed(r: Reconcile) -> Done:
-    """Pods of an earlier attempt (before a whole-cluster restart) are deleted."""
-    for pod in r.stale_pods:
-        if not terminating(pod):
-            r.plan.delete.append(("Pod", name_of(pod)))
+    """Pods of an earlier attempt (before a whole-cluster restart) are deleted, the driver
+    first while its Ray head is up (:func:`pods_to_delete_now`); the next attempt's pods of
+    the same names are created once the old ones are gone."""
+    now = pods_to_delete_now(r.stale_pods)
+    for pod in now:
+        r.plan.delete.append(("Pod", name_of(pod)))
+    if any(not terminating(p) and p not in now for p in r.stale_pods):
+        r.plan.requeue_at_most(1.0)  # the rest once the old driver ended
     return False
 
 
