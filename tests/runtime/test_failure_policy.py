@@ -10,7 +10,7 @@ import pytest
 
 import trainer_runtime as tr
 import trainer_runtime.trainer as trainer_module
-from trainer_runtime import DataParallelTrainer, FailureConfig, RunConfig, ScalingConfig
+from trainer_runtime import DataParallelTrainer, FailureConfig, RunConfig, ScalingConfig, preemption
 from trainer_runtime._controller import STATE_TRANSITIONS, ControllerState
 from trainer_runtime._failure_policy import (
     DECIDED_ERRORS,
@@ -115,6 +115,26 @@ def test_a_preemption_stops_the_run_where_workers_cannot_move() -> None:
         FailureDecision.RAISE_PREEMPTION
     )
     assert policy.preemptions == 1
+
+
+def test_a_preemption_of_the_driver_itself_stops_the_run_with_ray_workers_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The driver's own SIGTERM (its pod deleted): no restart in place, the driver is
+    going away; it stops before the grace period ends, keeping time to shut down."""
+    policy = FailurePolicy(FailureConfig(max_preemption_failures=-1), preemption_in_place=True)
+    stop = _preempted()
+    stop.driver = True
+    assert policy.decide(stop, progressed=True) == FailureAction(FailureDecision.RAISE_PREEMPTION)
+    monkeypatch.setenv(preemption.GRACE_ENV, "30")
+    assert preemption.driver_stop_time() is None
+    preemption.notify(1_000_000)
+    try:
+        assert preemption.driver_stop_time() == 1000 - 10  # min(10 s, a third of 30 s)
+        monkeypatch.setenv(preemption.GRACE_ENV, "6")
+        assert preemption.driver_stop_time() == 1000 - 2
+    finally:
+        preemption.clear()
 
 
 def test_the_state_table_ends_in_finished_or_errored() -> None:
