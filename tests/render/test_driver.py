@@ -3,11 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import stat
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -173,84 +168,12 @@ def test_driver_is_not_in_the_gang() -> None:
     assert "kueue.x-k8s.io/pod-group-name" not in labels(pod)
 
 
-def _stub(directory: Path, name: str, body: str) -> None:
-    path = directory / name
-    path.write_text("#!/bin/sh\n" + body)
-    path.chmod(path.stat().st_mode | stat.S_IEXEC)
-
-
-def test_driver_script_joins_as_zero_resource_node_then_execs_driver(tmp_path: Path) -> None:
-    """Run the rendered script with stub ``ray`` and ``python``."""
-    calls = tmp_path / "calls"
-    record = f"""{sys.executable} -c 'import json,sys; print(json.dumps(sys.argv[1:]))' \
-"$(basename "$0")" "$@" >> {calls}
-"""
-    _stub(tmp_path, "ray", record)
-    _stub(tmp_path, "python", record + 'echo "$TRAINJOB_NAME"; exit 3\n')
+def test_driver_container_starts_the_driver_start_launcher() -> None:
+    """Waiting for the head, joining and exec'ing the driver is
+    ``trainjob_operator.launcher.driver_start`` (tests/test_driver_start.py runs it)."""
     pod = render_driver_pod(make_job(name="dj"), uid=UID)
-    env_vars = {
-        **os.environ,
-        "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}",
-        **{k: str(v) for k, v in env(pod).items()},
-    }
-    done = subprocess.run(
-        container(pod)["command"], env=env_vars, timeout=30, capture_output=True, text=True
-    )
-    assert done.returncode == 3  # the driver's exit status is the pod's
-    assert done.stdout.strip().splitlines()[-1] == "dj"
-    lines = [json.loads(line) for line in calls.read_text().splitlines()]
-    assert lines == [
-        ["ray", "health-check", "--address=dj-head.dj-headless:6379"],
-        [
-            "ray",
-            "start",
-            "--address=dj-head.dj-headless:6379",
-            "--num-cpus=0",
-            "--num-gpus=0",
-            "--disable-usage-stats",
-        ],
-        ["python", "-m", "trainjob_operator.launcher.driver"],
-    ]
-
-
-def test_driver_script_stops_when_ray_start_keeps_failing(tmp_path: Path) -> None:
-    calls = tmp_path / "calls"
-    _stub(tmp_path, "ray", f'echo "$1" >> {calls}\n[ "$1" = health-check ] || exit 1\n')
-    _stub(tmp_path, "python", f"echo python >> {calls}\n")
-    _stub(tmp_path, "sleep", "")  # the pause between tries
-    pod = render_driver_pod(make_job(), uid=UID)
-    env_vars = {
-        **os.environ,
-        "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}",
-        "RAY_ADDRESS": "x:6379",
-    }
-    done = subprocess.run(container(pod)["command"], env=env_vars, timeout=30, capture_output=True)
-    assert done.returncode != 0
-    # Three tries, each failed one cleaned up with `ray stop`; the driver never ran.
-    assert calls.read_text().split() == ["health-check"] + ["start", "stop"] * 2 + ["start"]
-    assert b"ray start failed (try 2 of 3)" in done.stdout
-
-
-def test_driver_script_joins_at_the_second_try_after_a_transient_failure(tmp_path: Path) -> None:
-    calls = tmp_path / "calls"
-    failed_once = tmp_path / "failed-once"
-    _stub(
-        tmp_path,
-        "ray",
-        f'echo "$1" >> {calls}\n'
-        f'if [ "$1" = start ] && [ ! -e {failed_once} ]; then touch {failed_once}; exit 1; fi\n',
-    )
-    _stub(tmp_path, "python", f"echo python >> {calls}\n")
-    _stub(tmp_path, "sleep", "")
-    pod = render_driver_pod(make_job(), uid=UID)
-    env_vars = {
-        **os.environ,
-        "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}",
-        "RAY_ADDRESS": "x:6379",
-    }
-    done = subprocess.run(container(pod)["command"], env=env_vars, timeout=30, capture_output=True)
-    assert done.returncode == 0, done
-    assert calls.read_text().split() == ["health-check", "start", "stop", "start", "python"]
+    assert container(pod)["command"] == ["python", "-m", "trainjob_operator.launcher.driver_start"]
+    assert env(pod)["RAY_ADDRESS"] == "dj-head.dj-headless:6379"
 
 
 def test_driver_serves_its_training_metrics_on_a_named_port_with_scrape_annotations() -> None:

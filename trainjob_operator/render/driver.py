@@ -1,8 +1,10 @@
 """The driver pod ``<job>-driver`` and its ServiceAccount, Role and RoleBinding.
 
-The driver runs ``python -m trainjob_operator.launcher.driver``: it builds the trainer from the
-TrainJob (:mod:`trainjob_operator.launcher.trainer`), drives the workers on the Ray cluster,
-and patches ``status.progress``/checkpoints/validations of its own TrainJob.
+The driver container runs ``python -m trainjob_operator.launcher.driver_start``, which waits for
+the head, joins the Ray cluster and becomes ``python -m trainjob_operator.launcher.driver``: it
+builds the trainer from the TrainJob (:mod:`trainjob_operator.launcher.trainer`), drives the
+workers on the Ray cluster, and patches ``status.progress``/checkpoints/validations of its own
+TrainJob.
 
 Design choices:
 
@@ -63,12 +65,12 @@ from trainjob_operator.render.names import driver_name
 from trainjob_operator.render.options import RenderOptions
 from trainjob_operator.render.pod_template import OPERATOR_VOLUMES
 from trainjob_operator.render.pods import build_container, build_pod, env_var
-from trainjob_operator.render.ray import TRAIN_POOL_LABELS, wait_for_head_script
+from trainjob_operator.render.ray import TRAIN_POOL_LABELS
 
 __all__ = [
-    "DRIVER_MAIN_MODULE",
     "DRIVER_MANIFEST_ENV",
     "DRIVER_SCRAPE_ANNOTATIONS",
+    "DRIVER_START_MODULE",
     "MAX_ENV_VALUE_BYTES",
     "OPERATOR_ONLY_FIELDS",
     "driver_manifest",
@@ -85,8 +87,10 @@ __all__ = [
     "render_driver_service_account",
 ]
 
-DRIVER_MAIN_MODULE = "trainjob_operator.launcher.driver"
-"""The module the driver container runs with ``python -m``."""
+DRIVER_START_MODULE = "trainjob_operator.launcher.driver_start"
+"""The module the driver container runs with ``python -m``: it waits for the head, joins the Ray
+cluster (retrying ``ray start``) and execs the driver (:mod:`trainjob_operator.launcher.driver`),
+leaving at once on SIGTERM while it waits."""
 DRIVER_MANIFEST_ENV = "TRAINJOB_MANIFEST"
 """Env var holding the TrainJob (apiVersion, kind, name/namespace/uid, spec) as JSON."""
 MAX_ENV_VALUE_BYTES = 128 * 1024 - len(DRIVER_MANIFEST_ENV) - 2
@@ -175,31 +179,10 @@ def driver_manifest_json(job: TrainJob, *, uid: str, options: RenderOptions | No
     return _manifest_json(build_context(job, uid=uid, options=options))
 
 
-RAY_START_TRIES = 3
-"""How many times the driver pod tries to join the Ray cluster before it fails: a raylet that
-does not register in time ("The current node timed out during startup", a loaded node or GCS)
-is transient; the pod's failure would end the job when ``failure.maxRestarts`` is 0."""
-RAY_START_RETRY_S = 5
-
-
 def driver_command(ctx: RenderContext) -> list[str]:
-    """Wait for the head, join as a zero-resource Ray node (up to :data:`RAY_START_TRIES`
-    times, stopping what a failed try left between tries), then exec the driver."""
-    ray_start = 'ray start --address="$RAY_ADDRESS" --num-cpus=0 --num-gpus=0 --disable-usage-stats'
-    script = (
-        "set -e\n"
-        + wait_for_head_script(ctx)
-        + "try=1\n"
-        + f"until {ray_start}; do\n"
-        + f'  [ "$try" -lt {RAY_START_TRIES} ] || exit 1\n'
-        + f'  echo "ray start failed (try $try of {RAY_START_TRIES}): trying again in '
-        + f'{RAY_START_RETRY_S} s"\n'
-        + "  ray stop --force >/dev/null 2>&1 || true\n"
-        + f"  try=$((try + 1)); sleep {RAY_START_RETRY_S}\n"
-        + "done\n"
-        + f"exec python -m {DRIVER_MAIN_MODULE}\n"
-    )
-    return ["/bin/sh", "-c", script]
+    """``python -m`` :data:`DRIVER_START_MODULE` (``RAY_ADDRESS`` comes from the pod's env)."""
+    del ctx  # the same command for every job
+    return ["python", "-m", DRIVER_START_MODULE]
 
 
 def render_driver_pod(

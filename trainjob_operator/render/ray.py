@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shlex
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -29,7 +28,6 @@ __all__ = [
     "ray_labels_arg",
     "ray_resources_arg",
     "ray_worker_command",
-    "wait_for_head_script",
     "worker_prestart_env",
 ]
 
@@ -39,16 +37,6 @@ METRICS_PORT = 8080
 """Ray's Prometheus metrics export port on every Ray node."""
 MEGASCALE_PORT = 8081
 """Multislice (megascale) coordinator port, the value Ray's TPU support uses."""
-
-
-def wait_for_head_script(ctx: RenderContext) -> str:
-    """Shell lines that block until the Ray head's GCS answers (the head may start later)."""
-    address = shlex.quote(ctx.head_address)
-    return (
-        f"until ray health-check --address={address} >/dev/null 2>&1; do\n"
-        f"  echo waiting for the Ray head at {address}; sleep 2\n"
-        "done\n"
-    )
 
 
 RAY_NODE_MODULE = "trainjob_operator.launcher.ray_node"
