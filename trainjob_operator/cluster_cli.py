@@ -29,8 +29,9 @@ from trainjob_operator.constants import GROUP, KIND
 from trainjob_operator.launcher.progress import ProgressDisplay, format_metrics, is_live
 from trainjob_operator.launcher.status import StatusTracker
 from trainjob_operator.render.names import ray_auth_secret_name
+from trainjob_operator.render.ray import DASHBOARD_PORT
 from trainjob_operator.render.security import RAY_AUTH_SECRET_KEY
-from trainjob_operator.sdk import TrainJobClient, TrainJobError, run_folder
+from trainjob_operator.sdk import ConfigError, TrainJobClient, TrainJobError, run_folder
 
 __all__ = [
     "EXIT_FAILED",
@@ -38,10 +39,12 @@ __all__ = [
     "StatusFeed",
     "checkpoints_command",
     "dashboard_command",
+    "dashboard_refusal",
     "delete_command",
     "follow",
     "list_command",
     "logs_command",
+    "port_forward_command",
     "resume_command",
     "status_command",
     "submit_command",
@@ -95,8 +98,15 @@ class StatusFeed:
     """Turns successive TrainJob statuses and Events into the progress display's lines.
 
     The lines are those of ``trainjob run``: the phase as it changes (with
-    ``status.message``), each newly committed checkpoint (latest), each new best validated
-    checkpoint, the operator's Events (reason and message), and the outcome.
+    ``status.message``), each newly committed checkpoint (latest, with the reported metrics),
+    each new best validated checkpoint (with the metrics its validation added), the
+    operator's Events (reason and message), and the outcome (:meth:`ProgressDisplay.close`).
+
+    The operator posts an Event for each phase change, with the status's message, alongside
+    the status write; so a phase change is told once: by its Event when one comes by the next
+    poll, else by a ``Phase: message`` line (and an Event arriving after that line is not
+    printed again). Events that say what the final line says (the terminal phase's) are left
+    to that line.
     """
 
     def __init__(self, display: ProgressDisplay, tracker: _RemoteStatus, uid: str | None) -> None:
@@ -108,25 +118,68 @@ class StatusFeed:
         self._latest: str | None = None
         self._best: tuple[Any, Any] | None = None
         self._events: set[str] = set()
+        self._seen: list[dict[str, Any]] = []  # this job's Events, printed or not
+        self._told: set[tuple[str, str]] = set()  # (phase, message) a phase line printed
+        self._pending: tuple[str, str] | None = None  # a phase change no Event told yet
+        self._waited = 0  # polls since it
 
-    def update(self, status: dict[str, Any], events: list[dict[str, Any]]) -> None:
-        """Show what changed since the last call."""
-        self.tracker.replace(status)
-        display = self.display
-        phase = status.get("phase")
-        if phase and phase != self._phase and phase not in (Phase.SUCCEEDED, Phase.FAILED):
-            message = status.get("message")
-            display.event(f"{phase}" + (f": {message}" if message else ""))
-        self._phase = phase or self._phase
+    def _own(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """This TrainJob's Events not seen before (an older TrainJob of the same name's are
+        left out)."""
+        new = []
         for event in events:
             key = event["metadata"].get("uid") or event["metadata"]["name"]
             involved = event.get("involvedObject") or {}
             if key in self._events or (self.uid and involved.get("uid") not in (None, self.uid)):
                 continue
             self._events.add(key)
+            new.append(event)
+        return new
+
+    @staticmethod
+    def _announces(event: dict[str, Any], phase: str, message: str) -> bool:
+        """Whether ``event`` is the operator's Event of the move to ``phase``."""
+        text = str(event.get("message", ""))
+        return (
+            event.get("reason") == phase
+            or (bool(message) and text == message)
+            or f"; {phase}: " in text  # the first phase, in the Created Event
+        )
+
+    def update(self, status: dict[str, Any], events: list[dict[str, Any]]) -> None:
+        """Show what changed since the last call."""
+        self.tracker.replace(status)
+        display = self.display
+        phase = status.get("phase")
+        message = str(status.get("message") or "")
+        finished = phase in (Phase.SUCCEEDED, Phase.FAILED)
+        new = self._own(events)
+        self._seen.extend(new)
+        for event in new:
+            text = str(event.get("message", ""))
+            if any(text == m or text.endswith(f"{p}: {m}") for p, m in self._told):
+                continue  # a phase line told it already
+            if finished and self._announces(event, str(phase), message):
+                continue  # the final line tells it
             kind = "warning " if event.get("type") == "Warning" else ""
-            display.event(f"{kind}{event.get('reason')}: {event.get('message', '')}".rstrip())
+            display.event(f"{kind}{event.get('reason')}: {text}".rstrip())
+        if phase and phase != self._phase:
+            self._pending, self._waited = (None if finished else (phase, message)), 0
+        if self._pending is not None:
+            # The Event is posted alongside the status: wait one poll for it.
+            told_by_event = any(self._announces(e, *self._pending) for e in self._seen)
+            if told_by_event or self._waited >= 1:
+                if not told_by_event:
+                    pending_phase, pending_message = self._pending
+                    display.event(
+                        pending_phase + (f": {pending_message}" if pending_message else "")
+                    )
+                    self._told.add(self._pending)
+                self._pending = None
+            self._waited += 1
+        self._phase = phase or self._phase
         progress = status.get("progress") or {}
+        reported = set((progress.get("metrics") or {}).keys())
         if progress.get("step") is not None and progress.get("step") != self._step:
             self._step = progress.get("step")
             display.observe(reported=True)
@@ -135,7 +188,7 @@ class StatusFeed:
             self._latest = latest["path"]
             name = Path(str(latest["path"])).name
             display.observe(committed=name)
-            metrics = format_metrics(latest.get("metrics"))
+            metrics = format_metrics(_split_metrics(latest.get("metrics"), reported)[0])
             step = latest.get("step")
             display.event(f"{name} committed (step {step}" + (f": {metrics})" if metrics else ")"))
         validations = status.get("validations") or {}
@@ -146,11 +199,29 @@ class StatusFeed:
         if best.get("path") and (best["path"], best.get("score")) != self._best:
             self._best = (best["path"], best.get("score"))
             if validations.get("done"):
-                metrics = format_metrics(best.get("metrics"))
+                added = _split_metrics(best.get("metrics"), reported)[1]
+                score = display.score_attribute
+                if score in added:  # the score first, as trainjob run shows it
+                    added = {score: added.pop(score), **added}
+                metrics = format_metrics(added)
                 name = Path(str(best["path"])).name
                 display.event(
                     f"{name} validated" + (f": {metrics}" if metrics else "") + " (best so far)"
                 )
+
+
+def _split_metrics(
+    metrics: dict[str, Any] | None, reported: set[str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A checkpoint's metrics as (those the training reported, those its validation added),
+    told apart by the keys of the latest report (``status.progress.metrics``); all of them on
+    both sides when that tells nothing apart."""
+    metrics = dict(metrics or {})
+    train = {k: v for k, v in metrics.items() if k in reported}
+    added = {k: v for k, v in metrics.items() if k not in reported}
+    if not reported or not train or not added:
+        return metrics, metrics
+    return train, added
 
 
 def follow(
@@ -420,34 +491,80 @@ def delete_command(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def dashboard_refusal(obj: dict[str, Any]) -> str | None:
+    """Why ``trainjob dashboard`` cannot reach the TrainJob ``obj``'s dashboard, with the fix
+    (None when ``status.dashboard`` names its Service)."""
+    status = obj.get("status") or {}
+    if status.get("dashboard"):
+        return None
+    meta = obj["metadata"]
+    ns, name = meta.get("namespace"), meta["name"]
+    wanted = ((obj.get("spec") or {}).get("ray") or {}).get("dashboard") or {}
+    if wanted.get("service"):
+        return (
+            f"TrainJob {ns}/{name}: its dashboard Service is not there (phase "
+            f"{status.get('phase', 'Pending')}): the dashboard runs on the job's Ray head, "
+            "which only a starting or running job has"
+        )
+    return (
+        f"TrainJob {ns}/{name}: it has no dashboard Service; add one (its pods keep running): "
+        f"kubectl -n {ns} patch trainjob {name} --type merge -p "
+        """'{"spec":{"ray":{"dashboard":{"service":true}}}}'"""
+    )
+
+
+def port_forward_command(
+    kubectl: str,
+    namespace: str,
+    dashboard: dict[str, Any],
+    port: int,
+    context: str | None = None,
+    kubeconfig: str | Path | None = None,
+) -> list[str]:
+    """The ``kubectl port-forward`` argv that makes ``status.dashboard``'s Service (the Ray
+    head's dashboard port) local on ``port``, with the kubeconfig and context of the command
+    that asked."""
+    command = [kubectl]
+    if kubeconfig:
+        command += ["--kubeconfig", str(kubeconfig)]
+    if context:
+        command += ["--context", context]
+    return [
+        *command,
+        "-n",
+        namespace,
+        "port-forward",
+        f"svc/{dashboard['service']}",
+        f"{port}:{DASHBOARD_PORT}",
+    ]
+
+
 @_guard
 def dashboard_command(args: argparse.Namespace) -> int:
     """``trainjob dashboard NAME``: port-forward the job's Ray dashboard (kubectl)."""
     client = _client(args)
     obj = client.get_object(args.name)
-    dashboard = (obj.get("status") or {}).get("dashboard")
-    ns = client.namespace
-    if not dashboard:
-        raise TrainJobError(
-            "it has no dashboard Service: set spec.ray.dashboard.service: true (while it runs)",
-            name=args.name,
-            namespace=ns,
-            reason="NoDashboard",
-        )
+    refusal = dashboard_refusal(obj)
+    if refusal is not None:
+        print(f"trainjob: {refusal}", file=sys.stderr)
+        return EXIT_INVALID
     kubectl = shutil.which("kubectl")
     if kubectl is None:
-        raise TrainJobError("kubectl is not on PATH (the port-forward runs it)", name=args.name)
-    port = str(args.port)
-    command = [kubectl, "-n", ns, "port-forward", f"svc/{dashboard['service']}", f"{port}:8265"]
-    if args.context:
-        command[1:1] = ["--context", args.context]
-    if args.kubeconfig:
-        command[1:1] = ["--kubeconfig", str(args.kubeconfig)]
+        raise ConfigError(
+            "kubectl is not on PATH (the port-forward runs it)",
+            name=args.name,
+            namespace=client.namespace,
+        )
+    ns = client.namespace
+    command = port_forward_command(
+        kubectl, ns, obj["status"]["dashboard"], args.port, args.context, args.kubeconfig
+    )
     secret = ray_auth_secret_name(args.name)
-    print(f"Ray dashboard of {ns}/{args.name}: http://127.0.0.1:{port} (Ctrl-C stops)")
+    print(f"Ray dashboard of {ns}/{args.name}: http://127.0.0.1:{args.port} (Ctrl-C stops)")
     print(
         f"Its auth token: kubectl -n {ns} get secret {secret} -o "
-        f"jsonpath='{{.data.{RAY_AUTH_SECRET_KEY}}}' | base64 -d"
+        f"jsonpath='{{.data.{RAY_AUTH_SECRET_KEY}}}' | base64 -d",
+        flush=True,
     )
     try:
         return subprocess.call(command)

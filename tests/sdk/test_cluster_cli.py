@@ -7,6 +7,7 @@ import datetime as dt
 import io
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -138,8 +139,90 @@ def test_the_feed_prints_each_change_once() -> None:
     old_event = {"metadata": {"uid": "e0"}, "involvedObject": {"uid": "uid-0"}, "reason": "Old"}
     feed.update(running, [event, old_event])
     feed.update(running, [event])
+    feed.update(running, [event])
     lines = [line.split("] ", 1)[1] for line in out.getvalue().splitlines()]
-    assert lines == ["Running", "warning R: m"]
+    # No Event told the move to Running by the next poll: a line of its own.
+    assert lines == ["warning R: m", "Running"]
+
+
+def _event(uid: str, reason: str, message: str, kind: str = "Normal") -> dict[str, object]:
+    return {
+        "metadata": {"uid": uid},
+        "involvedObject": {"uid": "uid-1"},
+        "reason": reason,
+        "message": message,
+        "type": kind,
+    }
+
+
+def test_the_feed_tells_each_phase_change_once() -> None:
+    """The operator's Event of a phase change (posted alongside the status write, so a poll
+    may see one without the other) is the line; the final line tells the terminal phase."""
+    tracker = _RemoteStatus("val_loss")
+    out = io.StringIO()
+    display = ProgressDisplay(tracker, out, out, live=False, workers=2, score_attribute="val_loss")
+    feed = StatusFeed(display, tracker, "uid-1")
+    starting = {"phase": "Starting", "message": "waiting for pods: 0/2 workers ready"}
+    created = _event("e1", "Created", "TrainJob accepted; Starting: " + starting["message"])
+    feed.update(starting, [])  # the status came first
+    feed.update(starting, [created])
+    running = {"phase": "Running", "message": "2/2 workers ready"}
+    feed.update(running, [created])
+    feed.update(running, [created])  # no Event by now: the phase line
+    feed.update(running, [created, _event("e2", "Running", "2/2 workers ready")])  # late
+    restarting = {"phase": "Restarting", "message": "restart 1 of 1: the driver exited 1"}
+    failed = _event("e3", "DriverFailed", restarting["message"], "Warning")
+    feed.update(restarting, [failed])
+    report = {"epoch": 1, "train_loss": 0.4}
+    both = {**report, "val_accuracy": 0.9, "val_loss": 0.3}
+    ckpt = {"path": "/r/j/checkpoint_000001", "step": 1, "metrics": both}
+    ended = {
+        "phase": "Failed",
+        "message": "the driver exited 1",
+        "progress": {"step": 1, "metrics": report},
+        "latestCheckpoint": ckpt,
+        "bestCheckpoint": {**ckpt, "score": 0.3},
+        "validations": {"done": 1},
+    }
+    feed.update(ended, [_event("e4", "DriverFailed", "the driver exited 1", "Warning")])
+    display.close(ended)
+    lines = [line.split("] ", 1)[1] for line in out.getvalue().splitlines()]
+    assert lines == [
+        "Created: TrainJob accepted; Starting: waiting for pods: 0/2 workers ready",
+        "Running: 2/2 workers ready",
+        "warning DriverFailed: restart 1 of 1: the driver exited 1",
+        # the reported metrics when committed, the validation's (score first) when validated
+        "checkpoint_000001 committed (step 1: epoch=1 train_loss=0.4)",
+        "checkpoint_000001 validated: val_loss=0.3 val_accuracy=0.9 (best so far)",
+        "Failed: the driver exited 1",
+    ]
+
+
+def test_dashboard_refusals_say_the_fix_and_the_port_forward_keeps_the_kubeconfig() -> None:
+    from trainjob_operator.cluster_cli import dashboard_refusal, port_forward_command
+
+    job: dict[str, Any] = _job(phase="Running")
+    assert dashboard_refusal(job) == (
+        "TrainJob ns/j: it has no dashboard Service; add one (its pods keep running): "
+        "kubectl -n ns patch trainjob j --type merge -p "
+        """'{"spec":{"ray":{"dashboard":{"service":true}}}}'"""
+    )
+    job["spec"] = {"ray": {"dashboard": {"service": True}}}
+    job["status"]["phase"] = "Succeeded"
+    assert "its dashboard Service is not there (phase Succeeded)" in str(dashboard_refusal(job))
+    job["status"]["dashboard"] = {"service": "j-dashboard"}
+    assert dashboard_refusal(job) is None
+    assert port_forward_command("kubectl", "ns", {"service": "j-dashboard"}, 9000) == [
+        "kubectl",
+        "-n",
+        "ns",
+        "port-forward",
+        "svc/j-dashboard",
+        "9000:8265",
+    ]
+    assert port_forward_command(
+        "/bin/kubectl", "ns", {"service": "s"}, 8265, context="c", kubeconfig="k"
+    )[:5] == ["/bin/kubectl", "--kubeconfig", "k", "--context", "c"]
 
 
 def test_the_guides_sdk_snippet_imports() -> None:
