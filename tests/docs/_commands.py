@@ -35,9 +35,10 @@ NOT_RUN: dict[str, str] = {
     "(tests/cluster/test_real_node.py)",
     "kubectl -n trainjob-system rollout status": "envtest runs no pod: the real-node tier waits "
     "for the operator's rollout after installing the chart (tests/cluster/test_real_node.py)",
-    "trainjob submit": "needs the operator and pods to train (envtest runs neither): "
-    "tests/k8s/test_sdk_cli.py runs submit (with --working-dir, the refusals) on the k8s "
-    "tier's kube-apiserver; the real-node tier trains a submitted working dir",
+    "trainjob submit": "needs pods that train (envtest runs none): tests/k8s/test_sdk_cli.py "
+    "runs submit (with --working-dir, the refusals) and tests/k8s/test_sdk_terminal.py "
+    "submit --follow in a terminal (the operator running, the kubelet and driver played) on "
+    "the k8s tier's kube-apiserver; the real-node tier trains a submitted working dir",
     "trainjob list": "reads the TrainJobs a submit (not run here) created: "
     "tests/k8s/test_sdk_cli.py runs it",
     "trainjob status": "needs a TrainJob (submit is not run here): tests/k8s/test_sdk_cli.py",
