@@ -32,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import common, sections, templates
+from benchmarks import common, restore_section, sections, templates
 
 DOC = common.REPO_ROOT / "docs" / "benchmarks.md"
 IMG_DIR = common.REPO_ROOT / "docs" / "img"
@@ -47,9 +47,11 @@ BENCHES: dict[str, tuple[str, list[str]]] = {
     "local": ("benchmarks/bench_local.py", []),
     "operator": ("benchmarks/bench_operator.py", []),
     "scale": ("benchmarks/bench_scale.py", []),
+    "restore": ("benchmarks/bench_restore.py", []),
 }
-#: Not run by ``--quick`` (unless named with ``--only``): 1 GiB every 30 s takes ~25 minutes.
-NOT_QUICK = ("async_checkpoint_1gib",)
+#: Not run by ``--quick`` (unless named with ``--only``): 1 GiB every 30 s takes ~25 minutes;
+#: restoring 1 GiB checkpoints (each framework writing its own runs first) ~20.
+NOT_QUICK = ("async_checkpoint_1gib", "restore")
 
 # The goals the runtime is held to.
 GOAL_CALLS_PER_S = 1000.0
@@ -835,6 +837,7 @@ def render(runs: dict[str, dict[str, Any]] | None, quick: bool, write: bool = Tr
         ("local", sections.render_local, sections.plot_local),
         ("operator", sections.render_operator, sections.plot_operator),
         ("scale", sections.render_scale, sections.plot_scale),
+        ("restore", restore_section.render_restore, None),
     ):
         data = stored[name]
         if data is None:
