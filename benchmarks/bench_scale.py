@@ -309,9 +309,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 runs.append(run)
     finally:
         common.stop_ray()
+    extra: dict[str, Any] = {}
     if args.merge:
         # Keep the stored runs of the sizes not measured now (one size per invocation).
         stored = common.read_result(NAME) or {}
+        if stored.get("command"):  # every invocation that measured the stored runs
+            this = " ".join(["python", *sys.argv])
+            extra["command"] = f"{stored['command']}; {this}"
         runs = [r for r in stored.get("runs", []) if r["workers"] not in args.sizes] + runs
         skipped = [s for s in stored.get("skipped", []) if s["workers"] not in args.sizes] + skipped
         runs.sort(key=lambda r: (r["workers"], r["framework"] != "ours", r["ray_poll_s"] or 0))
@@ -334,6 +338,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "ray_train": skip_ray_train or "measured",
         "runs": runs,
         "skipped": skipped,
+        **extra,
     }
     common.write_result(NAME, data)
     return data
