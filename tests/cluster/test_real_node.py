@@ -539,29 +539,110 @@ def a_worker_pod_terminated_gracefully_restarts_the_worker_group_in_place(scene:
     assert str(cluster.pods(namespace)[f"{JOB}-w1"].metadata.uid) != old_uid
 
 
+def _follow_driver_log(cluster: Cluster, namespace: str) -> subprocess.Popen[str]:
+    """``kubectl logs -f`` of the driver's container: its whole log, up to its exit."""
+    return subprocess.Popen(
+        [
+            str(cluster.node.kubectl_bin),
+            f"--kubeconfig={cluster.node.kubeconfig}",
+            *("logs", "-f", "-n", namespace, f"{JOB}-driver"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _checkpoint_folders(cluster: Cluster, bucket: str) -> tuple[set[str], set[str]]:
+    """(every checkpoint folder of the job's run folder in storage, those committed: with
+    their commit marker)."""
+    names = [b.name for b in cluster.gcs().bucket(bucket).list_blobs(prefix=f"runs/{JOB}/")]
+    paths = [n.split("/") for n in names]
+    # runs/<job>/checkpoint_NNNNNN/<file>: folders only (not checkpoint_manifest.json)
+    folders = {p[2] for p in paths if len(p) > 3 and p[2].startswith("checkpoint_")}
+    committed = {n.split("/")[2] for n in names if n.endswith(f"/{COMMIT_MARKER}")}
+    return folders, committed
+
+
 @scenario
-def worker_killed_mid_run_resumes_from_its_checkpoint(scene: Scene) -> None:
+def worker_killed_then_driver_and_head_pods_deleted_resume_from_their_checkpoints(
+    scene: Scene,
+) -> None:
+    """Three faults in one run, with the default ``maxRestarts: 0`` (issue 39). A worker's
+    Ray node killed: the worker group restarts from the latest checkpoint (``maxFailures``).
+    Then the driver pod deleted (``kubectl delete pod``, as a drain or an eviction deletes
+    it): its SIGTERM makes the run commit what it can and the driver exit 3, and the
+    operator restarts the job from the latest checkpoint on a new cluster, not counted
+    (``DriverDisrupted``). Then, on that attempt, the Ray head pod deleted: the same
+    (``HeadDisrupted``). The job succeeds, every checkpoint in storage is whole, and
+    ``restartHistory`` names each cause. Before, each deletion failed the job
+    (``maxRestarts=0 exhausted``)."""
     cluster, namespace = scene
-    epochs = 5
-    # Small batches make epochs of seconds, so that the kill lands mid-training.
-    make_job(cluster, namespace, {"epochs": epochs, "batch_size": 8}, failure={"maxFailures": 3})
+    epochs = 8
+    # Small batches make epochs of seconds, so that the faults land mid-training.
+    body = make_job(
+        cluster, namespace, {"epochs": epochs, "batch_size": 8}, failure={"maxFailures": 3}
+    )
     wait_for_a_committed_checkpoint(cluster, namespace)
     worker = f"{JOB}-w1"
     old_uid = cluster.pods(namespace)[worker].metadata.uid
     kill_in_container(cluster, namespace, worker, "raylet")  # the worker's Ray node dies
+    wait_for(
+        "the worker group restarted from a checkpoint",
+        lambda: (
+            "(attempt 1), resuming from"
+            in cluster.node.kubectl("logs", "-n", namespace, f"{JOB}-driver", check=False).stdout
+        ),
+        timeout=600,
+        every=2.0,
+    )
+    # The worker group restarted, not the cluster (the driver publishes its count).
+    status = wait_for(
+        "the worker failure published",
+        lambda: (s := cluster.status(namespace)).get("workerFailures", 0) >= 1 and s,
+        timeout=60,
+        every=1.0,
+    )
+    assert status.get("restarts", 0) == 0
+    # The killed worker's container ended with the raylet; the operator replaced the pod.
+    assert cluster.pods(namespace)[worker].metadata.uid != old_uid
+
+    follow = _follow_driver_log(cluster, namespace)
+    cluster.node.kubectl("delete", "pod", "-n", namespace, f"{JOB}-driver", "--wait=false")
+    driver_log, _ = follow.communicate(timeout=120)
+    assert "restarting (failure 1 of 3)" in driver_log, driver_log[-3000:]
+    assert "Termination notice to the driver" in driver_log, driver_log[-3000:]
+    assert f"TrainJob {JOB} preempted" in driver_log, driver_log[-3000:]
+    before = (cluster.status(namespace).get("latestCheckpoint") or {}).get("path")
+    wait_for(
+        "the next attempt Running with a checkpoint of its own",
+        lambda: (
+            (s := cluster.status(namespace)).get("restarts") == 1
+            and s.get("phase") == "Running"
+            and (s.get("latestCheckpoint") or {}).get("path") != before
+        ),
+        timeout=600,
+        every=1.0,
+    )
+    cluster.node.kubectl("delete", "pod", "-n", namespace, f"{JOB}-head", "--wait=false")
 
     status = cluster.wait_phase(namespace, "Succeeded", timeout=900)
     assert status["progress"]["step"] == epochs - 1
     assert status["latestCheckpoint"]["step"] == epochs - 1
-    assert status["restarts"] == 0  # the worker group restarted, not the whole cluster
-    assert status["workerFailures"] >= 1
-    driver_log = cluster.node.kubectl("logs", "-n", namespace, f"{JOB}-driver").stdout
-    assert "restarting (failure 1 of 3)" in driver_log, driver_log[-3000:]
-    assert "from gs://" in driver_log, driver_log[-3000:]
-    # The killed worker's container ended with the raylet; the operator replaced the pod.
+    assert status["restarts"] == 2 and status["ignoredRestarts"] == 2, status
+    driver, head = status["restartHistory"]
+    assert (driver["reason"], driver["counted"]) == ("DriverDisrupted", False), driver
+    assert f"pod {JOB}-driver" in driver["message"], driver
+    assert (head["reason"], head["counted"]) == ("HeadDisrupted", False), head
+    assert f"pod {JOB}-head" in head["message"], head
     events = cluster.node.kubectl("get", "events", "-n", namespace).stdout
-    assert worker in events
-    assert old_uid is not None
+    assert "DriverDisrupted" in events and "HeadDisrupted" in events, events[-3000:]
+    # Every checkpoint in storage is whole (listed with its marker, files verified by
+    # Result.from_path), none half-written by a driver or head that went away.
+    folders, committed = _checkpoint_folders(cluster, body["bucket"])
+    assert folders == committed, (folders, committed)
+    result = TrainJobClient(namespace=namespace, kubeconfig=cluster.node.kubeconfig).result(JOB)
+    assert {r.name for r in result.checkpoints} == committed, result.checkpoints
 
 
 @scenario
