@@ -403,6 +403,14 @@ def test_a_rule_can_count_disruptions_too() -> None:
     plan = plan_reconcile(job, {"phase": "Running"}, observed, _desired(), NOW)
     assert plan.status["phase"] == "Failed"
     assert "maxRestarts=0 exhausted" in plan.status["message"]
+    # A pod only deleted (no condition) or gone counts as DisruptionTarget for the rules.
+    deleted = _running()
+    deleted[-1]["metadata"]["deletionTimestamp"] = "2026-12-01T11:59:59Z"
+    gone = _running()[:-1]
+    for observed in (deleted, gone):
+        plan = plan_reconcile(job, {"phase": "Running"}, observed, _desired(), NOW)
+        assert plan.status["phase"] == "Failed", plan.status
+        assert "DriverDisrupted" in [e.reason for e in plan.events]
 
 
 def test_restart_history_keeps_the_last_entries() -> None:
