@@ -31,7 +31,13 @@ from trainjob_operator.launcher.status import StatusTracker
 from trainjob_operator.render.names import ray_auth_secret_name
 from trainjob_operator.render.ray import DASHBOARD_PORT
 from trainjob_operator.render.security import RAY_AUTH_SECRET_KEY
-from trainjob_operator.sdk import ConfigError, TrainJobClient, TrainJobError, run_folder
+from trainjob_operator.sdk import (
+    ConfigError,
+    TrainJobClient,
+    TrainJobError,
+    TrainJobNotFound,
+    run_folder,
+)
 
 __all__ = [
     "EXIT_FAILED",
@@ -233,8 +239,8 @@ def follow(
     poll_interval: float = 2.0,
     live: bool | None = None,
 ) -> int:
-    """Show the TrainJob's progress until it ends: 0 Succeeded, 1 Failed, 130 on Ctrl-C
-    (the job keeps running)."""
+    """Show the TrainJob's progress until it ends: 0 Succeeded, 1 Failed (or deleted while
+    followed), 130 on Ctrl-C (the job keeps running)."""
     job = client.get(name)
     tracker = _RemoteStatus(job.spec.checkpoint.score_attribute)
     display = ProgressDisplay(
@@ -268,6 +274,14 @@ def follow(
             file=err,
         )
         return EXIT_INTERRUPTED
+    except TrainJobNotFound:
+        display.stop()
+        print(
+            f"trainjob: TrainJob {client.namespace}/{name}: deleted while it was followed "
+            "(its storage is kept)",
+            file=err,
+        )
+        return EXIT_FAILED
     except TrainJobError:
         display.stop()
         raise

@@ -4,7 +4,8 @@ installed (no operator: the test plays it by patching the status subresource).
 One namespace and one kubeconfig for the module. Covered: ``submit`` with a working dir (the
 package lands content-addressed in storage and ``spec.runtimeEnv.workingDir`` names it),
 ``get``/``list``/``status``/``suspend``/``resume``/``delete``, ``wait`` and ``submit
---follow``'s display fed from the status and Events, and the refusals: each prints one line,
+--follow``'s display fed from the status and Events (exit 1 for a job deleted while followed),
+and the refusals: each prints one line,
 exits 2 and creates nothing (no kubeconfig, unknown context, missing namespace, RBAC denied,
 working dir too large, entrypoint missing, invalid manifest, a name that exists).
 """
@@ -213,6 +214,31 @@ def test_follow_and_wait_read_the_status_and_events(cluster: Cluster, tmp_path: 
     with pytest.raises(TrainJobNotFound, match="no driver pod of rank 0 is running"):
         list(cluster.client.logs("fol"))
     cluster.client.delete("fol")
+
+
+def test_follow_ends_with_1_when_the_job_is_deleted(cluster: Cluster, tmp_path: Path) -> None:
+    cluster.client.submit(cluster.manifest(tmp_path, "gone"))
+    out, err = io.StringIO(), io.StringIO()
+    codes: list[int] = []
+    thread = threading.Thread(
+        target=lambda: codes.append(
+            follow(cluster.client, "gone", out, err, poll_interval=0.1, live=False)
+        )
+    )
+    thread.start()
+    cluster.admin.patch(
+        KIND, cluster.ns, "gone", {"status": {"phase": "Running"}}, subresource="status"
+    )
+    deadline = time.monotonic() + 30
+    while "Running" not in out.getvalue() and time.monotonic() < deadline:  # it follows
+        time.sleep(0.05)
+    cluster.client.delete("gone")
+    thread.join(30)
+    assert codes == [1]
+    assert err.getvalue() == (
+        f"trainjob: TrainJob {cluster.ns}/gone: deleted while it was followed (its storage is "
+        "kept)\n"
+    )
 
 
 def test_bad_input_is_one_line_exit_2_and_creates_nothing(
