@@ -132,8 +132,14 @@ def test_admission_output_is_what_the_webhook_says() -> None:
     assert shown.endswith(f"denied the request: {message}")
 
 
-def test_make_demo_capture_is_the_readmes() -> None:
-    capture = (SNIPPETS / "make-demo.txt").read_text()
+README_CAPTURES = ("make-demo.txt", "submit-follow.txt")
+"""The README's ``text`` blocks, each a real capture: ``make demo`` (written by its own run) and
+``trainjob submit --follow`` (tests/k8s/test_sdk_terminal.py compares and rewrites it)."""
+
+
+@pytest.mark.parametrize("name", README_CAPTURES)
+def test_the_readmes_captures_are_the_snippets(name: str) -> None:
+    capture = (SNIPPETS / name).read_text()
     assert capture in (REPO / "README.md").read_text(encoding="utf-8")
 
 
@@ -190,8 +196,9 @@ def test_every_code_block_is_included_or_checked() -> None:
             continue
         if language == "mermaid":  # a diagram
             continue
-        if page == "../README.md" and language == "text":  # the capture of `make demo`
-            assert "\n".join(body) + "\n" == (SNIPPETS / "make-demo.txt").read_text(), where
+        if page == "../README.md" and language == "text":  # README_CAPTURES
+            captures = [(SNIPPETS / name).read_text() for name in README_CAPTURES]
+            assert "\n".join(body) + "\n" in captures, where
             continue
         assert language == "bash", f"{where}: a {language} block must be included from a file"
     for command in commands():
