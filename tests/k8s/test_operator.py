@@ -601,6 +601,11 @@ def test_head_or_driver_pod_deleted_by_someone_else_restarts_without_using_max_r
     assert restarting["reason"] == "DriverDisrupted"
     assert f"pod {driver} deleted (deletionTimestamp " in restarting["message"]
     assert "not counted against maxRestarts=0" in restarting["message"]
+    # The old driver still runs (committing what it can): its head and workers wait for it.
+    wait_for_timer_passes(1)
+    held = pods(kube, ns)  # those not being deleted
+    assert sorted(map(role, held.values())) == ["head", "worker", "worker"], held
+    assert kube.get("Pod", ns, driver) is not None
     kube.patch("Pod", ns, driver, {"metadata": {"finalizers": None}})
     wait_for(
         "attempt-1 cluster",
