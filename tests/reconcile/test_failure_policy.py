@@ -20,7 +20,7 @@ from trainjob_operator.constants import (
     SPEC_HASH_ANNOTATION,
 )
 from trainjob_operator.reconcile.failure_rules import INVALID_INPUT_EXIT_CODE, decide_pod_failure
-from trainjob_operator.reconcile.pods import pod_disrupted
+from trainjob_operator.reconcile.pods import disruption_cause, pod_disrupted
 from trainjob_operator.reconcile.state_machine import plan_reconcile
 
 
@@ -389,6 +389,48 @@ def test_a_head_that_ended_on_its_own_or_is_replaced_for_a_spec_change_is_no_dis
     replaced[0]["metadata"]["deletionTimestamp"] = "2026-12-01T11:59:59Z"
     plan = plan_reconcile(job, {"phase": "Running"}, replaced, desired, NOW, generation=3)
     assert plan.status["phase"] == "Running" and not plan.status.get("restartHistory")
+
+
+@pytest.mark.parametrize(
+    ("change", "cause"),
+    [
+        (
+            {
+                "status": {
+                    "conditions": [
+                        {
+                            "type": "DisruptionTarget",
+                            "status": "True",
+                            "reason": "EvictionByEvictionAPI",
+                            "message": "Eviction API: evicting",
+                        }
+                    ]
+                }
+            },
+            "pod p on node n1 disrupted (DisruptionTarget EvictionByEvictionAPI Eviction API: "
+            "evicting)",
+        ),
+        (
+            {"status": {"phase": "Failed", "reason": "Evicted", "message": "low on memory"}},
+            "pod p on node n1 disrupted (pod reason Evicted: low on memory)",
+        ),
+        (
+            {"metadata": {"deletionTimestamp": "2026-12-01T11:59:59Z"}},
+            "pod p on node n1 deleted (deletionTimestamp 2026-12-01T11:59:59Z)",
+        ),
+        ({}, None),
+    ],
+    ids=["condition", "pod-reason", "deleted", "none"],
+)
+def test_disruption_cause_names_the_pod_its_node_and_why(
+    change: dict[str, Any], cause: str | None
+) -> None:
+    pod: dict[str, Any] = {
+        "metadata": {"name": "p", **change.get("metadata", {})},
+        "spec": {"nodeName": "n1"},
+        "status": {"phase": "Running", **change.get("status", {})},
+    }
+    assert disruption_cause(pod) == cause
 
 
 def test_a_rule_can_count_disruptions_too() -> None:
