@@ -117,9 +117,12 @@ class PrometheusServer:
 
     def last_sample(self, selector: str) -> float | None:
         """Unix time of the latest sample of ``selector`` (a plain series selector) in the last
-        10 minutes: a target's series go stale once it is gone, so query them at this time."""
-        found = self.query(f"max(max_over_time(timestamp({selector})[10m:1s]))")
-        return float(found[0]["value"][1]) if found else None
+        10 minutes: a target's series go stale once it is gone, so query them at this time.
+        (Read from the range vector's own samples: a subquery's steps fall on whole seconds
+        and would miss a newer sample.)"""
+        series = self.query(f"{selector}[10m]")
+        times = [float(t) for s in series for t, _ in s["values"]]
+        return max(times) if times else None
 
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL)."""
