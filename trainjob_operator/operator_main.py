@@ -112,6 +112,9 @@ TRIGGERS = ("create", "resume", "update", "pod", "timer")
 for _trigger in TRIGGERS:
     RECONCILES.labels(_trigger)
     ERRORS.labels(_trigger)
+    SKIPPED.labels(_trigger, "coalesced")
+SKIPPED.labels("timer", "busy")
+SKIPPED.labels("timer", "unchanged")
 
 
 def default_renderer() -> Renderer:

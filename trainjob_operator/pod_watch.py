@@ -58,6 +58,8 @@ POD_EVENTS = Counter(
     "Watch events of the pods the operator manages, by type",
     ["type"],
 )
+for _type in ("ADDED", "MODIFIED", "DELETED"):  # exported from the start (0)
+    POD_EVENTS.labels(_type)
 
 OnChange = Callable[[str, str], None]
 
