@@ -64,6 +64,7 @@ from trainer_runtime.preemption import PreemptionInfo, combine, driver_stop_time
 from trainer_runtime.result import Result
 from trainer_runtime.storage import Storage, StorageError, get_storage
 from trainer_runtime.storage.base import describe_error
+from trainer_runtime.storage.factory import client_modules
 from trainer_runtime.worker_group import WorkerGroup
 
 logger = logging.getLogger("trainer_runtime")
@@ -923,7 +924,11 @@ class RayController(BaseController):
             scaling,
             env=self.spec.run.worker_env,
             runtime_env=self.spec.run.worker_runtime_env,
-            preload=self.spec.backend.preload,
+            # The storage's client library too: a resumed run's first step waits for it.
+            preload=(
+                *self.spec.backend.preload,
+                *client_modules(self.spec.run.storage_path, self.spec.run.storage_filesystem),
+            ),
         )
 
 

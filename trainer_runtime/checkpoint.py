@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer_runtime._layout import COMMIT_MARKER
+from trainer_runtime._shared_download import shared_directory
 from trainer_runtime.storage import get_storage, pyarrow_filesystem
 from trainer_runtime.storage.base import uri_scheme
 
@@ -105,24 +106,28 @@ class Checkpoint:
             if src.resolve() != target.resolve():
                 shutil.copytree(src, target, dirs_exist_ok=True, ignore=_skip_commit_marker(src))
         else:
-            self._storage.download_dir(self.path, target)
-            (target / COMMIT_MARKER).unlink(missing_ok=True)
+            self._download(target)
         return str(target)
 
     @contextlib.contextmanager
     def as_directory(self) -> Iterator[str]:
         """A local folder holding the files: the folder itself when local, else a temp copy.
 
-        Treat the folder as read-only: when local it is the checkpoint itself.
+        As Ray Train's: the processes of one machine that open the same checkpoint at once
+        share one download of it (one process downloads, the others wait for it); the copy is
+        deleted when the last of them leaves it. Treat the folder as read-only: when local it
+        is the checkpoint itself, else it is shared.
         """
         if self.is_local:
             yield self.path
             return
-        tmp = tempfile.mkdtemp(prefix="checkpoint_")
-        try:
-            yield self.to_directory(tmp)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        with shared_directory(self.path, self._storage, self._download) as folder:
+            yield folder
+
+    def _download(self, target: Path) -> None:
+        """Download the files into the existing folder ``target``, less the commit marker."""
+        self._storage.download_dir(self.path, target)
+        (target / COMMIT_MARKER).unlink(missing_ok=True)
 
     def get_metadata(self) -> dict[str, Any]:
         """The user metadata stored with the checkpoint (``{}`` when none)."""

@@ -120,3 +120,42 @@ def test_reporting_a_committed_checkpoint_again_never_deletes_it(tmp_path: Path)
 def test_repr_is_ray_trains(tmp_path: Path) -> None:
     assert repr(Checkpoint(tmp_path)) == f"Checkpoint(filesystem=local, path={tmp_path})"
     assert repr(Checkpoint("gs://b/run/c")) == "Checkpoint(filesystem=gcs, path=gs://b/run/c)"
+
+
+def test_as_directory_is_downloaded_once_per_machine_and_shared(
+    gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As Ray Train's: whoever opens a checkpoint in storage while another process of the
+    machine has it open reads the same download; the last to leave deletes it; a checkpoint
+    written again is downloaded again, and privately while the old copy is still read."""
+    ckpt = _committed(f"gs://{gcs_bucket}/runs")
+    storage = get_storage(ckpt.path)
+    downloads: list[Path] = []
+    real_download = type(storage).download_dir
+
+    def counting(self: object, src: str, local: Path) -> object:
+        downloads.append(Path(local))
+        return real_download(self, src, local)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(type(storage), "download_dir", counting)
+    # Another handle on the same path (as each rank builds its own): one download between them.
+    with ckpt.as_directory() as first, Checkpoint(ckpt.path).as_directory() as second:
+        assert first == second and len(downloads) == 1
+        assert _files(first) == ["model.bin", "sub/opt.bin"]
+        # The checkpoint written again while the copy is read: a private, fresh download.
+        storage.write_bytes(join_uri(ckpt.path, "model.bin"), b"new weights")
+        with ckpt.as_directory() as third:
+            assert third != first and len(downloads) == 2
+            assert (Path(third) / "model.bin").read_bytes() == b"new weights"
+        assert not Path(third).exists()
+        assert (Path(first) / "model.bin").read_bytes() == b"weights"  # left to its readers
+    assert not Path(first).exists()
+    # Nobody reads it now: the next opening downloads the new content into the shared folder.
+    with ckpt.as_directory() as again:
+        assert again == first and len(downloads) == 3
+        assert (Path(again) / "model.bin").read_bytes() == b"new weights"
+    # A reader that died (its file left behind, its lock gone) does not keep the folder.
+    readers = Path(first + ".readers")
+    with ckpt.as_directory():
+        (readers / "999999-dead").touch()
+    assert not Path(first).exists() and not readers.exists()

@@ -12,6 +12,7 @@ import pytest
 
 from trainer_runtime.storage import StorageError, get_storage, join_uri, validate_storage_uri
 from trainer_runtime.storage.base import retry_call
+from trainer_runtime.storage.factory import client_modules
 from trainer_runtime.storage.gcs import GCSStorage, split_gcs_uri
 
 
@@ -609,3 +610,11 @@ def test_an_s3_uri_with_pyarrow_query_parameters(
     assert again.metrics == {"step": 1}
     with pytest.raises(ValueError, match="storage_filesystem"):  # one way to name storage
         tr.RunConfig(storage_path=f"s3://{bucket}/runs?{query}", storage_filesystem=fs)
+
+
+def test_workers_preload_the_client_library_of_the_storage() -> None:
+    """What the controller adds to a worker group's background imports (``Preloader``)."""
+    assert client_modules("gs://bucket/runs") == ("google.cloud.storage",)
+    assert client_modules("s3://bucket/runs") == ("pyarrow.fs",)
+    assert client_modules("/mnt/ckpt") == client_modules("file:///mnt/ckpt") == ()
+    assert client_modules("bucket/runs", filesystem=object()) == ()  # already imported

@@ -56,6 +56,20 @@ def get_storage(uri: str, filesystem: Any = None) -> Storage:
         return backend
 
 
+def client_modules(uri: str | None, filesystem: Any = None) -> tuple[str, ...]:
+    """The client library the backend of ``uri`` imports on first use (none for a local
+    folder or a given filesystem, already imported). A worker imports it in the background
+    from its start, so its first download (a restore's ``as_directory()``) or upload does not
+    wait for the import (google-cloud-storage: about a second on an idle core)."""
+    if uri is None or filesystem is not None:
+        return ()
+    if is_gcs_uri(uri):
+        return ("google.cloud.storage",)
+    if uri_scheme(uri) not in (None, "file"):
+        return ("pyarrow.fs",)
+    return ()
+
+
 def split_query_uri(uri: Any, filesystem: Any = None) -> tuple[Any, Any]:
     """``(path, filesystem)`` for a storage URI carrying pyarrow's query parameters
     (``s3://bucket/prefix?region=...&endpoint_override=...``, as
