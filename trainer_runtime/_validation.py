@@ -28,6 +28,7 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import os
 import threading
 import time
 import traceback
@@ -65,11 +66,32 @@ def run_validation(
     return validate_metrics(result)
 
 
+DATA_LABELS_ENV = "TRAINJOB_VALIDATION_DATA_LABEL_SELECTOR"
+"""Ray node labels (JSON) for the Ray Data tasks a validation starts. A TrainJob's validation
+pool sets it on its pods (the operator's ``VALIDATION_DATA_LABELS_ENV``), so that they run on
+the pool's nodes only, also once training ended and the worker pods' CPUs are free."""
+
+
+def keep_ray_data_on_this_pool() -> None:
+    """When :data:`DATA_LABELS_ENV` is set (a TrainJob's validation pool), make it Ray Data's
+    ``DataContext.execution_options.label_selector`` in this process; otherwise do nothing."""
+    value = os.environ.get(DATA_LABELS_ENV)
+    if not value:
+        return
+    labels = json.loads(value)
+    from ray.data import DataContext  # only in the pool, where Ray Data is installed
+
+    options = DataContext.get_current().execution_options
+    options.label_selector = {**(options.label_selector or {}), **labels}
+
+
 def validation_task(
     fn: Any, checkpoint: Checkpoint | str, config: dict[str, Any] | None
 ) -> Iterator[Any]:
-    """The Ray task body: yields a start signal, then :func:`run_validation`'s metrics."""
+    """The Ray task body: yields a start signal, then :func:`run_validation`'s metrics (Ray
+    Data kept on the validation pool, see :func:`keep_ray_data_on_this_pool`)."""
     yield _STARTED
+    keep_ray_data_on_this_pool()
     yield run_validation(fn, checkpoint, config)
 
 

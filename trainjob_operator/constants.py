@@ -38,6 +38,7 @@ __all__ = [
     "SPEC_HASH_ANNOTATION",
     "TERMINATION_GRACE_ENV",
     "TIMESTAMP_FORMAT",
+    "VALIDATION_DATA_LABELS_ENV",
     "VERSION",
     "WORKER_LABEL_SELECTOR_ENV",
     "format_time",
@@ -77,6 +78,12 @@ WORKER_LABEL_SELECTOR_ENV = "TRAINJOB_WORKER_LABEL_SELECTOR"
 """Set in the driver pod: the Ray node labels (JSON) each train worker's node must have, the
 trainer's ``ScalingConfig.label_selector`` (``{RAY_POOL_LABEL: "train"}``): the workers are
 placed on the worker pods' Ray nodes only, never on a validation pool node that has CPUs free."""
+VALIDATION_DATA_LABELS_ENV = "TRAINJOB_VALIDATION_DATA_LABEL_SELECTOR"
+"""Set on the validation pool's pods (their Ray workers inherit it): the Ray node labels (JSON)
+the Ray Data tasks of a validation must run on, the pool's own (``{RAY_POOL_LABEL:
+"validation"}``). :mod:`trainer_runtime._validation` sets it as Ray Data's
+``DataContext.execution_options.label_selector`` before it calls the validate function, so
+they stay on the pool also once training ended and the worker pods' CPUs are free."""
 DRIVER_INVALID_INPUT_EXIT_CODE = 2
 """The driver's exit status when its own checks of the TrainJob failed (entrypoint not
 importable, bad config): no restart can fix it, so by default the job fails at once."""

@@ -142,3 +142,14 @@ def test_validation_pods_are_queued_but_not_in_the_gang() -> None:
     assert labels(pod)["kueue.x-k8s.io/queue-name"] == "q"
     assert "kueue.x-k8s.io/pod-group-name" not in labels(pod)
     assert "kueue.x-k8s.io/pod-group-total-count" not in pod["metadata"]["annotations"]
+
+
+def test_the_pool_keeps_the_ray_data_of_its_validations_on_its_nodes() -> None:
+    """Its env names its Ray node label for the Ray Data tasks of a validation
+    (trainer_runtime._validation.keep_ray_data_on_this_pool reads it)."""
+    [pod] = render_validation_pods(_job(), uid=UID, validation_replicas=1)
+    values = {e["name"]: e.get("value") for e in container(pod)["env"]}
+    assert (
+        values["TRAINJOB_VALIDATION_DATA_LABEL_SELECTOR"] == '{"trainjob.dev/pool": "validation"}'
+    )
+    assert "--labels=trainjob.dev/pool=validation" in _ray_args(pod)

@@ -1,21 +1,26 @@
 """Validation pool pods ``<job>-val-<i>``: Ray nodes that alone advertise ``validation``.
 
 Validation tasks ask for ``{"validation": 1}`` and no CPU (``trainer_runtime.ValidationConfig``),
-so each pod advertises ``validation`` = ``options.validation_slots`` and zero logical CPUs: no
-training worker actor (which asks for CPUs) can ever be placed on the cheap validation pool.
-How many pods exist is the reconciler's decision (from ``status.validations`` demand, between
-``pool.minReplicas`` and ``pool.maxReplicas``); it passes it as ``validation_replicas``.
+so each pod advertises ``validation`` = ``options.validation_slots``, and its ``cpu`` (rounded
+up, at least 1) for the Ray Data tasks a validation starts. No training worker actor is placed
+there: the worker pods' Ray nodes carry the label ``trainjob.dev/pool=train``, which the
+driver's workers select; the pool's carry ``trainjob.dev/pool=validation``, which the pool's
+env (:data:`~trainjob_operator.constants.VALIDATION_DATA_LABELS_ENV`) makes Ray Data's tasks
+select. How many pods exist is the reconciler's decision (from ``status.validations`` demand,
+between ``pool.minReplicas`` and ``pool.maxReplicas``); it passes it as ``validation_replicas``.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from trainjob_operator.api.trainjob import TrainJob
+from trainjob_operator.constants import VALIDATION_DATA_LABELS_ENV
 from trainjob_operator.render.context import RenderContext, build_context, common_env
 from trainjob_operator.render.names import validation_pod_name
 from trainjob_operator.render.options import RenderOptions
-from trainjob_operator.render.pods import build_container, build_pod
+from trainjob_operator.render.pods import build_container, build_pod, env_var
 from trainjob_operator.render.ray import (
     METRICS_PORT,
     VALIDATION_POOL_LABELS,
@@ -91,7 +96,13 @@ def validation_pods(ctx: RenderContext, validation_replicas: int) -> list[dict[s
             ctx,
             name="ray-validation",
             command=command,
-            env=common_env(ctx),
+            env=[
+                *common_env(ctx),
+                env_var(
+                    VALIDATION_DATA_LABELS_ENV,
+                    json.dumps(dict(VALIDATION_POOL_LABELS), sort_keys=True),
+                ),
+            ],
             resources=placement.resources,
             ports=(("metrics", METRICS_PORT),),
         )
