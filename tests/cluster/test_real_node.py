@@ -284,6 +284,13 @@ def scenarios(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[Runn
         yield running
 
 
+RAY_DATA_VALIDATION = {
+    "entrypoint": "examples.quickstart.train:validate_with_ray_data",
+    "pool": {"minReplicas": 0, "maxReplicas": 1, "resources": {"cpu": POD_CPU}, "spot": False},
+}
+"""The quickstart scenario's validation: scored with Ray Data on a pool pod of one CPU."""
+
+
 def job_manifest(
     cluster: Cluster,
     namespace: str,
@@ -710,13 +717,69 @@ def jax_example_trains_to_success_in_the_jax_image(scene: Scene) -> None:
     assert row[0] == name and row[1] == "Succeeded" and row[3] == str(steps - 1), table
 
 
+def _scrape_the_driver_and_the_operator(cluster: Cluster, namespace: str) -> None:
+    """A real Prometheus on this machine scrapes the training driver's pod (its ``metrics``
+    port, by pod IP, through :meth:`Node.forward`) and the operator's pods while the job
+    trains, and answers the chart's alerts and dashboard panels (the names match what the
+    containers export). Skipped without Debian's prometheus package."""
+    from tests.chart.test_monitoring import alert_exprs, rule_groups
+    from tests.support.prometheus import PROMETHEUS, PrometheusServer, dashboard_queries
+
+    if PROMETHEUS is None:
+        return
+    driver_ip = wait_for(
+        "the driver pod's IP",
+        lambda: cluster.pods(namespace)[f"{JOB}-driver"].status.pod_ip,
+        timeout=300,
+    )
+    operators = cluster.core.list_namespaced_pod(
+        OPERATOR_NAMESPACE, label_selector="app.kubernetes.io/name=trainjob-operator"
+    ).items
+    node = cluster.node
+    targets = {
+        "driver": [f"127.0.0.1:{node.forward(driver_ip, 9091)}"],
+        "operator": [
+            f"127.0.0.1:{node.forward(p.status.pod_ip, 9090)}" for p in operators if p.status.pod_ip
+        ],
+    }
+    server = PrometheusServer(Path(tempfile.mkdtemp(prefix="prometheus-")), targets)
+    try:
+        committed = 'trainjob_train_checkpoints_committed_total{job="driver"}'
+
+        def a_commit_scraped() -> bool:
+            if cluster.status(namespace).get("phase") in ("Failed", "Succeeded"):
+                return True  # the checks below say what was missed
+            return bool(server.query(f"{committed} >= 1"))
+
+        wait_for("a committed checkpoint scraped from the driver", a_commit_scraped, timeout=900)
+        # The driver's series as of its last scrape (they go stale once the driver exits).
+        at = server.last_sample(committed)
+        assert at is not None, "Prometheus never scraped the driver's metrics"
+        assert server.query(f"{committed} >= 1", at=at)
+        for expr in alert_exprs(rule_groups()).values():
+            server.query(expr, at=at)  # answered (a query error raises)
+        for title, expr in dashboard_queries("trainjob-training.json"):
+            assert server.query(expr, at=at), f"panel {title!r}: no series for {expr}"
+        for title, expr in dashboard_queries("trainjob-operator.json"):
+            assert server.query(expr), f"panel {title!r}: no series for {expr}"
+    finally:
+        server.stop()
+
+
 @scenario
 def quickstart_trains_to_success_in_containers(scene: Scene) -> None:
     cluster, namespace = scene
     epochs = 2
-    job = make_job(cluster, namespace, {"epochs": epochs}, validation=True)
+    # Validation scores with Ray Data (map_batches): its tasks must run on the pool's nodes.
+    job, bucket = job_manifest(cluster, namespace, {"epochs": epochs}, validation=True)
+    job["spec"]["validation"].update(RAY_DATA_VALIDATION)
+    cluster.custom.create_namespaced_custom_object(
+        "trainjob.dev", "v1alpha1", namespace, "trainjobs", job
+    )
+    job["bucket"] = bucket
     status = cluster.wait_phase(namespace, "Running", timeout=600)
     assert status["workers"]["desired"] == 2
+    _scrape_the_driver_and_the_operator(cluster, namespace)
     status = cluster.wait_phase(namespace, "Succeeded", timeout=900)
 
     assert status["progress"]["step"] == epochs - 1
@@ -725,6 +788,11 @@ def quickstart_trains_to_success_in_containers(scene: Scene) -> None:
     assert latest["path"] == f"{prefix}{epochs - 1:06d}"
     best = status["bestCheckpoint"]
     assert best["score"] == best["metrics"]["val_loss"]
+    # Every Ray Data task of the validations ran on a validation pool node, none on a
+    # training worker's (the pool advertises its CPUs; the workers select their own nodes).
+    metrics = best["metrics"]
+    assert metrics["data_nodes"], metrics
+    assert set(metrics["data_nodes"]) <= set(metrics["validation_nodes"]), metrics
     # Validation ran on the pool scaled up from 0 (every checkpoint validated).
     assert status["validations"]["done"] == epochs
     assert status["validations"]["failed"] == 0
