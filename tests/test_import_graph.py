@@ -232,7 +232,15 @@ RUNTIME_LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "_layout", "tpu", "preemption", "_driver_metrics"),
     # storage owns its errors (StorageError) and knows only the leaves
     ("storage",),
-    ("checkpoint", "reported_checkpoint", "_snapshot", "_metrics", "_raylet", "_fencing"),
+    (
+        "checkpoint",
+        "reported_checkpoint",
+        "_snapshot",
+        "_metrics",
+        "_raylet",
+        "_fencing",
+        "_shared_download",
+    ),
     ("config", "callbacks", "context", "data_config"),
     (
         "checkpoint_manager",
