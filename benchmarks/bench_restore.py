@@ -19,13 +19,17 @@ Figures per restore (wall clock; the driver, its workers and this script share t
 * ``restore_s``: the slowest rank's ``get_checkpoint()`` + ``as_directory()`` + reading;
 * ``restore_mib_s``: the checkpoint's MiB over ``restore_s``.
 
-The **raw bound**, measured in the same run between the restores: the storage library alone
+The **raw bound**, measured in the same run after each round of restores, in a Ray task (a
+Ray worker process like the train functions', at the same priority: Ray runs its workers at
+nice 15) and, for reference, in this process (nice 0): the storage library alone
 fetching and reading the same bytes, with no framework: for GCS, google-cloud-storage's
 ``Blob.download_to_filename`` of every object (one thread per object) and
 ``transfer_manager.download_chunks_concurrently`` (8 threads per object), each followed by
-reading the files, the faster of the two; for local storage, reading the files where they are
-(``open`` + ``read``: neither framework copies a local checkpoint, both hand the folder itself)
-and, for reference, ``shutil.copyfile`` of them. Result ``restore``.
+reading the files, the faster of the two (and, for reference, the first of them in a new
+process, timed from its start: Python, the library's import and a client included); for local
+storage, reading the files where they are (``open`` + ``read``: neither framework copies a
+local checkpoint, both hand the folder itself) and, for reference, ``shutil.copyfile`` of
+them. Result ``restore``.
 
 Usage::
 
@@ -230,12 +234,15 @@ def bound_local(folder: Path, scratch: Path) -> dict[str, float]:
     return {"local_read": read_s, "local_copyfile": copy_s}
 
 
-def bound_gcs(emulator: common.Emulator, uri: str, scratch: Path) -> dict[str, float]:
-    """Seconds for google-cloud-storage alone to fetch (and read) every object below ``uri``."""
+def bound_gcs(uri: str, scratch: Path) -> dict[str, float]:
+    """Seconds for google-cloud-storage alone to fetch (and read) every object below ``uri``
+    (on the server ``STORAGE_EMULATOR_HOST`` names)."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
     from google.cloud.storage import transfer_manager
 
     bucket_name, _, prefix = uri[len("gs://") :].partition("/")
-    client = emulator.client()
+    client = storage.Client(project="bench", credentials=AnonymousCredentials())
     bucket = client.bucket(bucket_name)
     blobs = [b for b in client.list_blobs(bucket_name, prefix=prefix + "/") if "shard_" in b.name]
     out: dict[str, float] = {}
@@ -266,7 +273,55 @@ def bound_gcs(emulator: common.Emulator, uri: str, scratch: Path) -> dict[str, f
         _read_all(paths)
         out[key] = time.perf_counter() - t0
         common.rmtree(target)
+    # The same plain download in a new process, timed from its start: what any restore in a
+    # fresh process pays first (Python, importing google-cloud-storage, a client).
+    target.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-c", FRESH_DOWNLOAD, bucket_name, str(target)] + [b.name for b in blobs],
+        check=True,
+    )
+    out["gcs_fresh_process"] = time.perf_counter() - t0
+    common.rmtree(target)
     return out
+
+
+FRESH_DOWNLOAD = """
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import storage
+bucket = storage.Client(project="bench", credentials=AnonymousCredentials()).bucket(sys.argv[1])
+def fetch(name):
+    path = Path(sys.argv[2], Path(name).name)
+    bucket.blob(name).download_to_filename(str(path), checksum="crc32c")
+    with open(path, "rb", buffering=0) as fh:
+        while fh.read(16 << 20):
+            pass
+with ThreadPoolExecutor(len(sys.argv) - 3) as pool:
+    list(pool.map(fetch, sys.argv[3:]))
+"""
+
+
+def _bound(storage: str, location: str, scratch: str) -> dict[str, float]:
+    if storage == "gcs":
+        return bound_gcs(location, Path(scratch))
+    return bound_local(Path(location), Path(scratch))
+
+
+def measure_bound(
+    storage: str, location: str, scratch: str, in_ray_task: bool = True
+) -> dict[str, float]:
+    """The bound's seconds, measured in a Ray task (a Ray worker process, as the train
+    functions run in: same priority) or, ``in_ray_task=False``, in this process."""
+    if not in_ray_task:
+        return _bound(storage, location, scratch)
+    import ray
+
+    task = ray.remote(num_cpus=0)(_bound)
+    result: dict[str, float] = ray.get(task.remote(storage, location, scratch))
+    return result
 
 
 # -- the run ----------------------------------------------------------------------------------
@@ -458,11 +513,11 @@ def run_case(
                     f"{fig['restore_mib_s']:.0f} MiB/s)",
                     flush=True,
                 )
-            if storage == "gcs":
-                assert emulator is not None
-                secs = bound_gcs(emulator, ours_ckpt, scratch)
-            else:
-                secs = bound_local(Path(ours_ckpt), scratch)
+            secs = measure_bound(storage, ours_ckpt, str(scratch))
+            # The same in this process, at nice 0: Ray runs its worker processes (the train
+            # functions, and the task above) at nice 15, and on a shared machine that costs.
+            here = measure_bound(storage, ours_ckpt, str(scratch), in_ray_task=False)
+            secs.update({f"{k}_nice0": v for k, v in here.items() if "fresh" not in k})
             b: dict[str, Any] = {f"{k}_mib_s": size / MiB / v for k, v in secs.items()}
             b.update(storage=storage, workers=workers, repeat=rep)
             bounds.append(b)
