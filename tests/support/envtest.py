@@ -347,6 +347,17 @@ class _Process:
     log_path: Path
     log_file: IO[bytes]
 
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after the grace period; closes its log."""
+        if self.popen.poll() is None:
+            self.popen.terminate()
+        try:
+            self.popen.wait(timeout=_STOP_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait()
+        self.log_file.close()
+
 
 # --------------------------------------------------------------------------------------------
 # The control plane
@@ -803,15 +814,8 @@ class EnvTest(StartStop):
         self._require_started()
         down = time.monotonic()
         stopping = [p for p in self._procs if p.name in ("kube-apiserver", "etcd")]
-        for p in stopping:  # the apiserver first, then etcd (the order they were started in)
-            if p.popen.poll() is None:
-                p.popen.terminate()
-            try:
-                p.popen.wait(timeout=_STOP_GRACE_SECONDS)
-            except subprocess.TimeoutExpired:
-                p.popen.kill()
-                p.popen.wait()
-            p.log_file.close()
+        for p in reversed(stopping):  # the apiserver, then etcd
+            p.stop()
             self._procs.remove(p)
         if while_down is not None:
             while_down()
@@ -958,11 +962,4 @@ class EnvTest(StartStop):
         # The reverse order of start: the scheduler, the controller manager, the apiserver,
         # then etcd.
         for p in reversed(procs):
-            if p.popen.poll() is None:
-                p.popen.terminate()
-            try:
-                p.popen.wait(timeout=_STOP_GRACE_SECONDS)
-            except subprocess.TimeoutExpired:
-                p.popen.kill()
-                p.popen.wait()
-            p.log_file.close()
+            p.stop()
