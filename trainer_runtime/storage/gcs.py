@@ -149,9 +149,14 @@ class GCSStorage(Storage):
 
         def download() -> None:
             blob = self._blob(uri)
-            blob.download_to_filename(
-                str(path), checksum="crc32c", retry=None, timeout=self.timeout_s
-            )
+            blob.reload(retry=None, timeout=self.timeout_s)  # size, crc32c, media link
+            if blob.content_encoding or not blob.crc32c or not blob.media_link:
+                # Transcoded (e.g. gzip) objects: the library's own download decodes them.
+                blob.download_to_filename(
+                    str(path), checksum="crc32c", retry=None, timeout=self.timeout_s
+                )
+                return
+            _stream_to_file(self.client._http, blob, path, self.timeout_s)
 
         self._retry(download, f"download {uri} -> {path}")
         return path.stat().st_size
@@ -302,6 +307,47 @@ class GCSStorage(Storage):
             return 0
 
         self._parallel(functools.partial(delete, r) for r in rels)
+
+
+#: Piece size of :func:`_stream_to_file`: google-cloud-storage's own download writes 8 KiB
+#: pieces from Python, which caps it at a few hundred MiB/s of one core.
+_STREAM_CHUNK = 4 * 2**20
+
+
+def _stream_to_file(session: Any, blob: Any, path: Path, timeout_s: float) -> None:
+    """Download ``blob`` (its metadata loaded, not transcoded) to ``path`` in 4 MiB pieces over
+    the client's authorized session, checking its size and crc32c; the media link names the
+    object's generation, so a concurrent rewrite cannot mix two versions. A short or corrupt
+    body raises ``ConnectionError`` (retried); the partial file is removed."""
+    import base64
+
+    import google_crc32c
+    import requests
+    from google.api_core import exceptions
+
+    crc = google_crc32c.Checksum()
+    size = 0
+    try:
+        with session.get(blob.media_link, stream=True, timeout=timeout_s) as resp:
+            if resp.status_code >= 400:
+                raise exceptions.from_http_response(resp)
+            with open(path, "wb") as fh:
+                for chunk in resp.iter_content(chunk_size=_STREAM_CHUNK):
+                    crc.update(chunk)
+                    fh.write(chunk)
+                    size += len(chunk)
+        if size != int(blob.size or 0) or base64.b64encode(crc.digest()).decode() != blob.crc32c:
+            raise ConnectionError(
+                f"download of {blob.name}: {size} bytes, crc32c "
+                f"{base64.b64encode(crc.digest()).decode()}; expected {blob.size} bytes, "
+                f"crc32c {blob.crc32c}"
+            )
+    except requests.exceptions.ChunkedEncodingError as exc:
+        path.unlink(missing_ok=True)
+        raise ConnectionError(f"download of {blob.name} interrupted: {exc}") from exc
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
 
 
 def _is_not_found(exc: BaseException) -> bool:
