@@ -320,3 +320,24 @@ def test_checkpoints_lists_the_run_folder_in_storage(
     assert out[2].split()[:4] == ["checkpoint_000000", "0", "committed", "val_loss=1"]
     assert out[-2] == f"Best: {storage}/j/checkpoint_000001"
     assert out[-1].startswith(f"Latest: {storage}/j/checkpoint_000001 ")
+
+
+def test_events_of_one_second_keep_the_order_they_were_written_in() -> None:
+    """The API server lists Events by name (random); whole-second timestamps tie. Seen in CI:
+    'Running' shown before 'Created' by submit --follow."""
+    from trainjob_operator.sdk.client import _event_order
+
+    def event(name: str, reason: str, when: str, version: str) -> dict[str, Any]:
+        return {
+            "metadata": {"name": name, "resourceVersion": version},
+            "reason": reason,
+            "lastTimestamp": when,
+        }
+
+    listed = [
+        event("my-job.aaa", "Running", "2026-12-07T07:00:02Z", "1205"),
+        event("my-job.zzz", "Created", "2026-12-07T07:00:02Z", "1190"),
+        event("my-job.bbb", "Succeeded", "2026-12-07T07:00:09Z", "1100"),  # a later second wins
+    ]
+    ordered = [e["reason"] for e in sorted(listed, key=_event_order)]
+    assert ordered == ["Created", "Running", "Succeeded"]

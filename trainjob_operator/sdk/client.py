@@ -217,12 +217,7 @@ class TrainJobClient:
             name, "read its Events", "GET", resource_path("Event", self.namespace), query=query
         )
         events: builtins.list[dict[str, Any]] = data.get("items", [])
-        return sorted(
-            events,
-            key=lambda e: str(
-                e.get("lastTimestamp") or e.get("eventTime") or e["metadata"]["creationTimestamp"]
-            ),
-        )
+        return sorted(events, key=_event_order)
 
     def pods(self, name: str, role: str | None = None) -> builtins.list[dict[str, Any]]:
         """The TrainJob's pods (of one role), in rank order."""
@@ -675,3 +670,13 @@ def _load_kubeconfig(
     except (KeyError, StopIteration, ValueError, OSError) as exc:
         raise ConfigError(f"context {name!r} of {file} is incomplete: {exc!r}") from None
     return config, contexts[name].get("namespace")
+
+
+def _event_order(event: dict[str, Any]) -> tuple[str, int]:
+    """Oldest first: by time (whole seconds), then by ``resourceVersion``, which etcd raises with
+    every write, so two Events of one second keep the order they were written in (the API
+    server lists them by name, which is random)."""
+    meta = event.get("metadata") or {}
+    when = event.get("lastTimestamp") or event.get("eventTime") or meta.get("creationTimestamp")
+    version = str(meta.get("resourceVersion") or "0")
+    return str(when or ""), int(version) if version.isdigit() else 0
