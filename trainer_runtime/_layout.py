@@ -21,6 +21,18 @@ DRIVER_FILE = ".trainjob_driver.json"
 
 RESERVED_NAMES = frozenset({MANIFEST_FILE, COMMIT_MARKER, DRIVER_FILE})
 
+STORE_TEMP_SUFFIX = ".storing"
+"""A file being stored is written as ``.<name>.<random>.storing`` next to ``<name>`` and renamed
+over it when whole (the local and pyarrow storages)."""
+
+
+def is_store_temp(rel: str) -> bool:
+    """Whether ``rel`` (a path in a checkpoint) is a store's temporary file, not a file of the
+    checkpoint: one a writer killed mid-store (a worker of an earlier attempt) left behind."""
+    name = rel.rsplit("/", 1)[-1]
+    return name.startswith(".") and name.endswith(STORE_TEMP_SUFFIX) and name.count(".") >= 3
+
+
 _DEFAULT_NAME = re.compile(r"^checkpoint_(\d{6,})$")
 
 

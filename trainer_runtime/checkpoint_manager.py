@@ -39,7 +39,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from trainer_runtime._layout import COMMIT_MARKER, MANIFEST_FILE, round_of_default_name
+from trainer_runtime._layout import (
+    COMMIT_MARKER,
+    MANIFEST_FILE,
+    is_store_temp,
+    round_of_default_name,
+)
 from trainer_runtime.checkpoint import Checkpoint
 from trainer_runtime.config import CheckpointConfig
 from trainer_runtime.errors import UserConfigError, WorkerFailure
@@ -761,7 +766,11 @@ def verified_files(
     driver, touched the folder), or files no rank reported. ``stored``: rank -> what it
     stored (None: it wrote in place, so the folder may hold files no rank listed).
     """
-    listed = {rel: f for rel, f in storage.list_stored(uri).items() if rel != COMMIT_MARKER}
+    listed = {
+        rel: f
+        for rel, f in storage.list_stored(uri).items()
+        if rel != COMMIT_MARKER and not is_store_temp(rel)  # a dead writer's, not a file
+    }
     expected: dict[str, list[tuple[int, StoredFile]]] = {}
     in_place = False
     for rank, files in sorted(stored.items()):

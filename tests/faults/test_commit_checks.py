@@ -73,6 +73,23 @@ def test_a_stray_file_in_the_folder_blocks_the_commit(tmp_path: Path) -> None:
     assert c.abandon_attempt() == [uri]
 
 
+def test_a_temporary_file_a_killed_writer_left_does_not_block_the_commit(tmp_path: Path) -> None:
+    """A worker killed in the middle of storing a file (an elastic resize or a restart stops
+    the earlier group) leaves its temporary ``.<name>.<random>.storing``; the next attempt
+    writing the same checkpoint commits (seen in CI: every retry refused it, the run failed)."""
+    run = str(tmp_path / "run")
+    uri = join_uri(run, "checkpoint_000000")
+    c = _coordinator(run)
+    c.handle(ReportEvent(0, 0, {"step": 0}, checkpoint_uri=uri))
+    done = _upload(tmp_path, 0, uri, {"state.json": b"mine"})
+    Path(uri, ".state.json.bk6kzuch.storing").write_bytes(b"half a file")
+    c.handle(done)
+    record = c.manager.latest
+    assert record is not None and record.files is not None
+    assert set(record.files) == {"state.json"}
+    assert Path(uri, COMMIT_MARKER).exists()
+
+
 def test_a_file_overwritten_after_its_upload_blocks_the_commit(tmp_path: Path) -> None:
     run = str(tmp_path / "run")
     uri = join_uri(run, "checkpoint_000000")

@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from trainer_runtime._layout import STORE_TEMP_SUFFIX
 from trainer_runtime.storage.base import Storage, StoredFile, TransferStats, UploadCheck
 
 
@@ -18,7 +19,7 @@ def _walk_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file())
 
 
-STORE_TMP_SUFFIX = ".storing"
+STORE_TMP_SUFFIX = STORE_TEMP_SUFFIX
 """Suffix of a file being stored (see :func:`_store_file`), renamed once it is whole."""
 
 

@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from trainer_runtime._layout import STORE_TEMP_SUFFIX
 from trainer_runtime.storage.base import (
     Storage,
     StorageError,
@@ -193,7 +194,7 @@ class PyArrowStorage(Storage):
             # A file system: write a temporary file and move it into place, so ranks storing
             # the same name each replace a whole file (nobody lists a half-written one).
             parent, _, name = path.rpartition("/")
-            tmp = f"{parent}/.{name}.{uuid.uuid4().hex}.storing"
+            tmp = f"{parent}/.{name}.{uuid.uuid4().hex}{STORE_TEMP_SUFFIX}"
             try:
                 with open(local, "rb") as src, self.fs.open_output_stream(tmp) as dst:
                     shutil.copyfileobj(src, dst, _CHUNK)
