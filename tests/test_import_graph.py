@@ -314,6 +314,7 @@ LAZY_ALLOWED = (
     "numpy",
     "pyarrow",
     "google",
+    "google_crc32c",  # google-cloud-storage's checksum library (the GCS download's check)
     "requests",
     "kopf",
     "pathspec",

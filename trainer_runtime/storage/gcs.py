@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import base64
 import functools
 import os
 import threading
@@ -319,8 +320,6 @@ def _stream_to_file(session: Any, blob: Any, path: Path, timeout_s: float) -> No
     the client's authorized session, checking its size and crc32c; the media link names the
     object's generation, so a concurrent rewrite cannot mix two versions. A short or corrupt
     body raises ``ConnectionError`` (retried); the partial file is removed."""
-    import base64
-
     import google_crc32c
     import requests
     from google.api_core import exceptions
