@@ -7,9 +7,10 @@ all with :func:`parse_quantity`. Standard library only.
 
 from __future__ import annotations
 
+import math
 import re
 
-__all__ = ["QUANTITY_PATTERN", "QUANTITY_RE", "SUFFIXES", "parse_quantity"]
+__all__ = ["QUANTITY_PATTERN", "QUANTITY_RE", "SUFFIXES", "logical_cpus", "parse_quantity"]
 
 QUANTITY_PATTERN = (
     r"^(\+)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
@@ -58,3 +59,11 @@ def parse_quantity(value: int | str) -> float:
     if suffix[:1] in ("e", "E"):
         return float(number + suffix)
     return float(number) * SUFFIXES[suffix]
+
+
+def logical_cpus(quantity: int | str | None) -> int:
+    """The Ray logical CPUs a pod with this ``cpu`` quantity advertises: rounded up, at least 1
+    (1 without one). ``"500m"`` -> 1, ``"2"`` -> 2, ``"2500m"`` -> 3."""
+    if quantity is None:
+        return 1
+    return max(1, math.ceil(parse_quantity(quantity) - 1e-9))

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from trainjob_operator.api.fields import ApiModel, ResourceMap, api_error, no_default
-from trainjob_operator.api.quantity import parse_quantity
+from trainjob_operator.api.quantity import logical_cpus, parse_quantity
 from trainjob_operator.api.tpu import GKE_TPU_RESOURCE, TpuSliceShape, get_generation, slice_shape
 
 __all__ = ["GPU_RESOURCE", "ScalingConfig", "TpuConfig"]
@@ -181,10 +181,7 @@ class ScalingConfig(ApiModel):
         a fractional request, Ray's default PACK strategy put several workers on one pod and
         left the others idle).
         """
-        quantity = self.pod_resources().get("cpu")
-        if quantity is None:
-            return 1
-        return max(1, math.ceil(parse_quantity(quantity) - 1e-9))
+        return logical_cpus(self.pod_resources().get("cpu"))
 
     def gpus_per_worker(self) -> int:
         """GPUs of one worker pod (``nvidia.com/gpu`` of :meth:`pod_resources`; 0 without).

@@ -4,7 +4,6 @@ checkpoints, storage, failure budgets and the Ray cluster. The workers are in
 
 from __future__ import annotations
 
-import math
 import re
 from enum import StrEnum
 from typing import Annotated, Literal
@@ -19,7 +18,7 @@ from trainjob_operator.api.fields import (
     ResourceMap,
     api_error,
 )
-from trainjob_operator.api.quantity import parse_quantity
+from trainjob_operator.api.quantity import logical_cpus
 from trainjob_operator.api.scaling import ScalingConfig
 from trainjob_operator.constants import DRIVER_INVALID_INPUT_EXIT_CODE, DRIVER_PREEMPTED_EXIT_CODE
 
@@ -137,10 +136,7 @@ class ValidationPoolConfig(ApiModel):
         least 1 (1 without). The validation task asks for none (only the ``validation``
         resource), so they are free for the Ray Data tasks a validation starts; the train
         workers never use them (they select the worker pods' Ray node label)."""
-        quantity = self.resources.get("cpu")
-        if quantity is None:
-            return 1
-        return max(1, math.ceil(parse_quantity(quantity) - 1e-9))
+        return logical_cpus(self.resources.get("cpu"))
 
     @model_validator(mode="after")
     def _check(self) -> ValidationPoolConfig:
