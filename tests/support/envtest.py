@@ -408,7 +408,7 @@ class EnvTest(StartStop):
         self._dir: Path | None = None
         self._etcd_dir: Path | None = None
         self._etcd_url = ""
-        self._etcd_peer_port = 0
+        self._etcd_ports = (0, 0)  # (client, peer): kept by restart_control_plane
         self._port = 0
         self._started = False
         self.controller_manager_running = False
@@ -825,8 +825,7 @@ class EnvTest(StartStop):
 
     def _start_etcd(self, keep_data: bool = False) -> None:
         if keep_data and self._etcd_dir is not None:
-            client_port = int(self._etcd_url.rsplit(":", 1)[1])
-            peer_port = self._etcd_peer_port
+            client_port, peer_port = self._etcd_ports
         else:
             if self._etcd_dir is not None:
                 shutil.rmtree(self._etcd_dir, ignore_errors=True)
@@ -834,7 +833,7 @@ class EnvTest(StartStop):
                 tempfile.mkdtemp(prefix="trainjob-envtest-etcd-", dir=_etcd_data_parent())
             )
             client_port, peer_port = free_port(), free_port()
-        self._etcd_peer_port = peer_port
+        self._etcd_ports = (client_port, peer_port)
         self._etcd_url = f"http://127.0.0.1:{client_port}"
         peer_url = f"http://127.0.0.1:{peer_port}"
         proc = self._spawn(
