@@ -26,6 +26,7 @@ import pytest
 
 from tests.k8s import conftest as k8s_conftest
 from tests.support import EnvTestError, ensure_assets, raise_if_provisioning_failed
+from tests.support.concurrent import summary_lines
 from tests.support.node import Image, Node, build_images, provision_host, unsupported_reason
 
 SKIP_ENVS = ("TRAINJOB_SKIP_NODE_TESTS", "TRAINJOB_SKIP_K8S_TESTS")
@@ -79,6 +80,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
     setattr(item, f"rep_{report.when}", report)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Each real-node scenario's own seconds, in order (they run at the same time, so the
+    tests' durations show the waits they share, not what each took)."""
+    lines = summary_lines()
+    if lines:
+        terminalreporter.section("real-node scenarios")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,9 @@ the scenarios that the session's selected tests ask for (:meth:`ScenarioSet.star
 test waits for its own scenario (:meth:`RunningScenarios.check`): a failure fails that test
 only, with the scenario's traceback (and any notes its ``around`` context added, e.g. a dump of
 the cluster's state). The time the scenarios share shows up on the first test that waits;
-``check`` prints how long its own scenario took.
+``check`` prints how long its own scenario took, and records it in :data:`FINISHED`, which
+:func:`summary_lines` lists for a ``pytest_terminal_summary`` hook (each scenario's own
+seconds, in the order they were checked: what to look at when the tier grows).
 
 Example::
 
@@ -57,6 +59,23 @@ class Outcome:
     error: BaseException | None = None
 
 
+FINISHED: list[tuple[str, Outcome]] = []
+"""Every scenario checked in this session, in order, with how it ended."""
+
+
+def summary_lines() -> list[str]:
+    """``scenario NAME: N s`` for each scenario of :data:`FINISHED` (``failed`` added when it
+    failed), then their sum; empty when none ran."""
+    lines = [
+        f"scenario {name}: {outcome.seconds:.0f} s" + (" (failed)" if outcome.error else "")
+        for name, outcome in FINISHED
+    ]
+    if lines:
+        total = sum(outcome.seconds for _, outcome in FINISHED)
+        lines.append(f"{len(FINISHED)} scenarios, {total:.0f} s in all (they overlap)")
+    return lines
+
+
 @dataclass
 class RunningScenarios:
     """The scenarios started together, by name."""
@@ -69,6 +88,7 @@ class RunningScenarios:
             pytest.fail(f"scenario {name} was not started", pytrace=False)
         outcome = self.futures[name].result(timeout=timeout)
         print(f"scenario {name}: {outcome.seconds:.1f}s")
+        FINISHED.append((name, outcome))
         if outcome.error is not None:
             raise outcome.error
 
