@@ -85,6 +85,7 @@ _BASE_SPEC: dict[str, Any] = {
         "config": {"shards": 1},
         "pool": {"minReplicas": 0, "maxReplicas": 2, "resources": {"cpu": "1"}},
     },
+    "data": {"datasets": "pkg.data:datasets", "pool": {"resources": {"cpu": "2"}}},
     "checkpoint": {"numToKeep": 2, "scoreAttribute": "loss", "scoreOrder": "min"},
     "storage": {"path": "gs://bucket/runs", "serviceAccountName": "sa"},
     "failure": {"maxFailures": 1},
@@ -127,6 +128,13 @@ _CHANGES: dict[str, Any] = {
     "validation.pool.idleSeconds": 60,
     "validation.maxConcurrent": 2,
     "validation.timeoutSeconds": 600,
+    "data.datasets": "pkg.data:other",
+    "data.datasetsToSplit": ["train"],
+    "data.pool.replicas": 2,
+    "data.pool.resources": {"cpu": "4"},
+    "data.pool.nodeSelector": {"pool": "data"},
+    "data.pool.tolerations": [{"key": "k", "operator": "Exists"}],
+    "data.pool.spot": True,
     "checkpoint.uploadMode": "sync",
     "checkpoint.numToKeep": 3,
     "checkpoint.scoreAttribute": "acc",
@@ -152,7 +160,13 @@ _CHANGES: dict[str, Any] = {
 _LIFECYCLE = {
     "suspend": "tears the cluster down (true) or recreates it (false); checkpoints are kept",
 }
-_ROLE_NAMES = {"head": "head", "worker": "workers", "validation": "validation", "driver": "driver"}
+_ROLE_NAMES = {
+    "head": "head",
+    "worker": "workers",
+    "validation": "validation",
+    "data": "data pool",
+    "driver": "driver",
+}
 
 
 def _set(spec: dict[str, Any], path: str, value: Any) -> None:

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -158,27 +159,20 @@ def ray_cluster(gcs_emulator: GCSEmulator) -> Iterator[Any]:
         ray.shutdown()
 
 
-@pytest.fixture(scope="session")
-def ray_validation_node(ray_cluster: Any) -> Iterator[str]:
-    """A second Ray node (``ray start``) that alone advertises ``{"validation": 2}``.
-
-    It advertises no CPUs (a validation pool pod advertises its own, for the Ray Data tasks
-    of a validation): only what asks for no CPU and ``validation`` slots (or is pinned to it)
-    runs there.
-
-    Yields its node id, so tests can check where validation tasks ran.
-    """
-    import ray
-
+@contextmanager
+def extra_ray_node(ray: Any, args: list[str], what: str) -> Iterator[str]:
+    """A second Ray node (``ray start --address=<the session's head> --block`` + ``args``) in
+    its own process group, yielded by node id once it joined; stopped (SIGTERM, then SIGKILL)
+    on exit. ``what`` names it in the error when it does not join within 120 s."""
     address = ray.get_runtime_context().gcs_address
+    before = {node["NodeID"] for node in ray.nodes()}
     ray_bin = Path(sys.executable).with_name("ray")
     proc = subprocess.Popen(
         [
             str(ray_bin),
             "start",
             f"--address={address}",
-            "--num-cpus=0",
-            '--resources={"validation": 2}',
+            *args,
             "--block",
             "--disable-usage-stats",
         ],
@@ -190,12 +184,12 @@ def ray_validation_node(ray_cluster: Any) -> Iterator[str]:
     node_id = None
     while node_id is None:
         for node in ray.nodes():
-            if node["Alive"] and node["Resources"].get("validation"):
+            if node["Alive"] and node["NodeID"] not in before:
                 node_id = node["NodeID"]
         if node_id is None:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                raise RuntimeError("the validation Ray node did not join the cluster")
+                raise RuntimeError(f"the {what} Ray node did not join the cluster")
             time.sleep(0.5)
     try:
         yield node_id
@@ -205,6 +199,36 @@ def ray_validation_node(ray_cluster: Any) -> Iterator[str]:
             proc.wait(30)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="session")
+def ray_validation_node(ray_cluster: Any) -> Iterator[str]:
+    """A second Ray node (``ray start``) that alone advertises ``{"validation": 2}``.
+
+    It advertises no CPUs (a validation pool pod advertises its own, for the Ray Data tasks
+    of a validation): only what asks for no CPU and ``validation`` slots (or is pinned to it)
+    runs there.
+
+    Yields its node id, so tests can check where validation tasks ran.
+    """
+    with extra_ray_node(
+        ray_cluster, ["--num-cpus=0", '--resources={"validation": 2}'], "validation"
+    ) as node_id:
+        yield node_id
+
+
+@pytest.fixture
+def ray_data_node(ray_cluster: Any) -> Iterator[str]:
+    """A data pool pod's Ray node for one test: 2 CPUs and the label ``trainjob.dev/pool=data``
+    (as :func:`trainjob_operator.render.data_pool.render_data_pods` starts it). Function
+    scoped: its CPUs are not left in the session's cluster for other tests' tasks.
+
+    Yields its node id, so tests can check where the datasets' Ray Data tasks ran.
+    """
+    with extra_ray_node(
+        ray_cluster, ["--num-cpus=2", "--num-gpus=0", "--labels=trainjob.dev/pool=data"], "data"
+    ) as node_id:
+        yield node_id
 
 
 @pytest.fixture

@@ -256,3 +256,30 @@ def test_train_workers_select_the_worker_pods_ray_nodes_only(
     assert scaling.label_selector == {"trainjob.dev/pool": "train"}
     monkeypatch.delenv("TRAINJOB_WORKER_LABEL_SELECTOR")  # trainjob run: one local Ray node
     assert build_trainer(plan_run(job), []).scaling_config.label_selector is None
+
+
+def not_datasets(config: dict[str, Any]) -> list[int]:
+    """A ``spec.data.datasets`` function that returns no dict of datasets."""
+    return [config["rows"]]
+
+
+def test_the_datasets_function_is_checked_like_the_entrypoint() -> None:
+    """An unimportable ``spec.data.datasets`` is refused when planning (exit 2 in the driver),
+    one that returns no dict of datasets when the trainer is built, both naming the field."""
+    body = {
+        "apiVersion": "trainjob.dev/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "data-job"},
+        "spec": {
+            "entrypoint": "tests.runtime.data_workloads:read_shards",
+            "config": {"rows": 3},
+            "scaling": {"numWorkers": 0},
+            "data": {"datasets": "tests.no_such_module:datasets"},
+        },
+    }
+    with pytest.raises(EntrypointError, match=r"^spec\.data\.datasets: cannot import module"):
+        plan_run(parse_trainjob(body))
+    body["spec"]["data"] = {"datasets": "tests.test_driver_main:not_datasets"}
+    plan = plan_run(parse_trainjob(body))
+    with pytest.raises(EntrypointError, match=r"^spec\.data\.datasets: .*returned list"):
+        build_trainer(plan, [])

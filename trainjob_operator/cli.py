@@ -244,7 +244,7 @@ def _add_cluster_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser
     logs.add_argument(
         "--role",
         default="driver",
-        choices=("driver", "head", "worker", "validation"),
+        choices=("driver", "head", "worker", "validation", "data"),
         help="which pod (default: %(default)s)",
     )
     logs.add_argument(

@@ -14,6 +14,7 @@ __all__ = [
     "API_VERSION",
     "APP_LABEL",
     "ATTEMPT_LABEL",
+    "DATA_LABELS_ENV",
     "DEFAULT_TERMINATION_GRACE_S",
     "DRIVER_INVALID_INPUT_EXIT_CODE",
     "DRIVER_METRICS_PORT",
@@ -84,6 +85,12 @@ the Ray Data tasks of a validation must run on, the pool's own (``{RAY_POOL_LABE
 "validation"}``). :mod:`trainer_runtime._validation` sets it as Ray Data's
 ``DataContext.execution_options.label_selector`` before it calls the validate function, so
 they stay on the pool also once training ended and the worker pods' CPUs are free."""
+DATA_LABELS_ENV = "TRAINJOB_DATA_LABEL_SELECTOR"
+"""Set in the driver pod when ``spec.data`` is: the Ray node labels (JSON) the training
+datasets' Ray Data tasks must run on, the data pool's (``{RAY_POOL_LABEL: "data"}``). The
+launcher (:func:`trainjob_operator.launcher.trainer.build_trainer`) makes it the datasets'
+``ExecutionOptions.label_selector`` and the driver's ``DataContext``'s, so the preprocessing
+never takes the train workers' (or the validation pool's) CPUs."""
 DRIVER_INVALID_INPUT_EXIT_CODE = 2
 """The driver's exit status when its own checks of the TrainJob failed (entrypoint not
 importable, bad config): no restart can fix it, so by default the job fails at once."""

@@ -711,3 +711,34 @@ def test_parse_trainjob_accepts_read_only_mappings() -> None:
 def test_parse_trainjob_rejects_non_mapping() -> None:
     with pytest.raises(ManifestError, match="must be a mapping"):
         parse_trainjob([1])  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- spec.data
+
+
+def test_data_defaults_to_one_pool_pod_and_splitting_every_dataset() -> None:
+    job = parse_trainjob(manifest(data={"datasets": "pkg.data:datasets"}))
+    assert job.spec.data is not None
+    assert job.spec.data.datasets_to_split is None  # all
+    assert job.spec.data.pool.replicas == 1 and job.spec.data.pool.cpus_per_pod() == 1
+    assert parse_trainjob(manifest()).spec.data is None
+
+
+@pytest.mark.parametrize(
+    ("data", "path", "words"),
+    [
+        ({}, "spec.data.datasets", "required"),
+        ({"datasets": "pkg.data"}, "spec.data.datasets", "module:function"),
+        (
+            {"datasets": "a:b", "datasetsToSplit": ["train", "train"]},
+            "spec.data.datasetsToSplit[1]",
+            "named twice",
+        ),
+        ({"datasets": "a:b", "datasetsToSplit": ["a b"]}, "spec.data.datasetsToSplit[0]", ""),
+        ({"datasets": "a:b", "pool": {"replicas": 0}}, "spec.data.pool.replicas", ""),
+    ],
+)
+def test_data_errors_name_the_field(data: dict[str, Any], path: str, words: str) -> None:
+    err = only_error(manifest(data=data))
+    assert err.path == path
+    assert words in err.format()

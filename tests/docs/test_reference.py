@@ -44,7 +44,7 @@ def test_every_spec_field_has_a_sample_change() -> None:
     assert "| `image` | string |" in text
     # the column is computed, not written: an image change replaces every pod, a TTL none
     image_row = next(line for line in text.splitlines() if line.startswith("| `image` |"))
-    assert image_row.endswith("| head, workers, validation, driver |")
+    assert image_row.endswith("| head, workers, validation, data pool, driver |")
     ttl_row = next(
         line for line in text.splitlines() if line.startswith("| `ttlSecondsAfterFinished` |")
     )

@@ -106,6 +106,9 @@ def test_snippet_manifests() -> None:
     [job] = load_trainjobs(SNIPPETS / "failure-rules.yaml")
     assert job.spec.failure.max_restarts == 3
     assert [rule.action for rule in job.spec.failure.rules] == ["FailJob", "Count"]
+    [job] = load_trainjobs(SNIPPETS / "datasets.yaml")
+    assert job.spec.data is not None and job.spec.data.datasets_to_split == ["train"]
+    assert job.spec.data.pool.replicas == 2 and job.spec.data.pool.cpus_per_pod() == 4
 
 
 def test_validate_outputs_are_what_trainjob_validate_prints(

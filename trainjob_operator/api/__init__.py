@@ -37,6 +37,8 @@ from trainjob_operator.api.scaling import ScalingConfig, TpuConfig
 from trainjob_operator.api.spec import (
     DEFAULT_IMAGE,
     CheckpointConfig,
+    DataPoolConfig,
+    DatasetsConfig,
     EnvVar,
     FailureConfig,
     FailureRule,
@@ -78,6 +80,8 @@ __all__ = [
     "CheckpointSummary",
     "Condition",
     "ConditionType",
+    "DataPoolConfig",
+    "DatasetsConfig",
     "EnvVar",
     "FailureConfig",
     "FailureRule",

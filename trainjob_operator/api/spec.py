@@ -28,6 +28,8 @@ __all__ = [
     "DEFAULT_RAY_VERSION",
     "STORAGE_PATH_PATTERN",
     "CheckpointConfig",
+    "DataPoolConfig",
+    "DatasetsConfig",
     "EnvVar",
     "ExitCodesRule",
     "FailureConfig",
@@ -165,6 +167,85 @@ class ValidationConfig(ApiModel):
     timeout_seconds: int | None = Field(
         default=None, ge=1, description="A validation running longer is recorded as failed."
     )
+
+
+_DATASET_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
+
+
+class DataPoolConfig(ApiModel):
+    """CPU-only pods ``<job>-data-<i>`` for the training datasets' Ray Data work (reads,
+    ``map_batches``): Ray nodes labelled ``trainjob.dev/pool=data`` that the datasets'
+    execution selects, so the preprocessing never takes the train workers' CPUs."""
+
+    replicas: int = Field(default=1, ge=1, description="Data pods, kept for the whole run.")
+    resources: ResourceMap = Field(
+        default_factory=dict,
+        description=(
+            "Resources of each data pod. Its Ray node advertises the cpu (rounded up, at "
+            "least 1): the Ray Data tasks of the training datasets run there, one CPU each "
+            "by default."
+        ),
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Node selector of the data pods."
+    )
+    tolerations: list[FreeForm] = Field(
+        default_factory=list, description="Tolerations of the data pods."
+    )
+    spot: bool = Field(
+        default=False,
+        description=(
+            "Schedule data pods on spot (preemptible) nodes (Ray Data retries the tasks of a "
+            "lost node)."
+        ),
+    )
+
+    def cpus_per_pod(self) -> int:
+        """Logical CPUs a data pod's Ray node advertises: its ``cpu`` rounded up, at least 1."""
+        return logical_cpus(self.resources.get("cpu"))
+
+
+class DatasetsConfig(ApiModel):
+    """Training datasets (Ray Train's ``datasets=`` and ``DataConfig``): a function builds
+    them on the driver, each worker reads its shard with ``get_dataset_shard(name)``."""
+
+    datasets: Entrypoint = Field(
+        description=(
+            "The datasets function, 'package.module:function': called on the driver with "
+            "spec.config, it returns a dict of name -> ray.data.Dataset (the trainer's "
+            "datasets=)."
+        )
+    )
+    datasets_to_split: (
+        list[Annotated[str, Field(min_length=1, pattern=_DATASET_NAME_PATTERN)]] | None
+    ) = Field(
+        default=None,
+        max_length=64,
+        description=(
+            "Names of the datasets split equally among the workers (DataConfig's "
+            "datasets_to_split); the others go whole to every worker. All when omitted."
+        ),
+    )
+    pool: DataPoolConfig = Field(
+        default_factory=DataPoolConfig,
+        description=(
+            "The CPU-only pods <job>-data-<i> that run the datasets' Ray Data work (reads, "
+            "map_batches) in a TrainJob, labelled trainjob.dev/pool=data: the worker pods' Ray "
+            "nodes advertise only the CPUs their worker holds. One pod when omitted; "
+            "`trainjob run` uses the local Ray node instead."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> DatasetsConfig:
+        names = self.datasets_to_split or []
+        for index, name in enumerate(names):
+            if name in names[:index]:
+                raise api_error(
+                    f"dataset {name!r} is named twice",
+                    field=f"datasetsToSplit[{index}]",
+                )
+        return self
 
 
 class CheckpointConfig(ApiModel):
@@ -678,6 +759,12 @@ class TrainJobSpec(ApiModel):
     )
     scaling: ScalingConfig = Field(default_factory=ScalingConfig, description="Workers.")
     validation: ValidationConfig | None = Field(default=None, description="Checkpoint validation.")
+    data: DatasetsConfig | None = Field(
+        default=None,
+        description=(
+            "Training datasets (Ray Data), read in the train function with get_dataset_shard(name)."
+        ),
+    )
     checkpoint: CheckpointConfig = Field(
         default_factory=CheckpointConfig, description="Checkpoint upload and retention."
     )

@@ -203,8 +203,17 @@ def main() -> int:
     start = time.monotonic()
     error: BaseException | None = None
     try:
-        # The worker pods carry spec.env (rendered into their containers).
-        build_trainer(plan, [tracker], forward_env=False).fit()
+        # The worker pods carry spec.env (rendered into their containers); spec.data's
+        # datasets are built here, on the cluster, their Ray Data work on the data pool.
+        trainer = build_trainer(plan, [tracker], forward_env=False)
+    except EntrypointError as exc:  # spec.data.datasets returned no datasets
+        print(f"invalid TrainJob: {exc}", file=sys.stderr)
+        if isinstance(tracker, StatusPublisher):
+            tracker.close()
+        ray.shutdown()
+        return DRIVER_INVALID_INPUT_EXIT_CODE
+    try:
+        trainer.fit()
     except TrainingFailedError as exc:
         error = exc
     finally:

@@ -19,6 +19,7 @@ from typing import Any
 
 from trainer_runtime import (
     CheckpointConfig,
+    DataConfig,
     FailureConfig,
     RunConfig,
     ScalingConfig,
@@ -28,12 +29,13 @@ from trainer_runtime.callbacks import Callback
 from trainer_runtime.config import VALIDATION_RESOURCE
 from trainjob_operator.api.fields import split_entrypoint
 from trainjob_operator.api.trainjob import TrainJob
-from trainjob_operator.constants import WORKER_LABEL_SELECTOR_ENV
+from trainjob_operator.constants import DATA_LABELS_ENV, WORKER_LABEL_SELECTOR_ENV
 
 __all__ = [
     "DEFAULT_LOCAL_STORAGE",
     "EntrypointError",
     "RunPlan",
+    "build_datasets",
     "build_trainer",
     "plan_run",
     "resolve_entrypoint",
@@ -105,6 +107,8 @@ class RunPlan:
     worker_gpus: int = 0
     """GPUs per worker: the ``nvidia.com/gpu`` count the worker pods are rendered with."""
     trainer_kwargs: dict[str, Any] = field(default_factory=dict)
+    datasets_fn: Callable[..., Any] | None = None
+    """``spec.data.datasets``: called with ``spec.config`` to build the trainer's datasets."""
 
 
 def plan_run(
@@ -122,6 +126,11 @@ def plan_run(
     validate_fn = (
         resolve_entrypoint(spec.validation.entrypoint, "spec.validation.entrypoint", import_from)
         if spec.validation is not None
+        else None
+    )
+    datasets_fn = (
+        resolve_entrypoint(spec.data.datasets, "spec.data.datasets", import_from)
+        if spec.data is not None
         else None
     )
     workers = spec.scaling.num_workers if num_workers is None else num_workers
@@ -154,20 +163,102 @@ def plan_run(
             "run the TrainJob on GKE, set RAY_ADDRESS to a Ray cluster with TPU hosts, or pass "
             "--num-workers 0 to run the train function here in one process",
         )
-    return RunPlan(job, train_fn, validate_fn, workers, storage, cpus, worker_gpus=gpus)
+    return RunPlan(
+        job,
+        train_fn,
+        validate_fn,
+        workers,
+        storage,
+        cpus,
+        worker_gpus=gpus,
+        datasets_fn=datasets_fn,
+    )
+
+
+def _label_selector_from_env(name: str) -> dict[str, str] | None:
+    """The Ray label selector (a JSON object) in the env var ``name``; None when unset."""
+    value = os.environ.get(name)
+    if not value:
+        return None
+    selector = json.loads(value)
+    if not isinstance(selector, dict):
+        raise ValueError(f"{name} must be a JSON object, got {value!r}")
+    return {str(key): str(label) for key, label in selector.items()}
 
 
 def worker_label_selector() -> dict[str, str] | None:
     """The Ray node labels the train workers must be placed on: set by the operator in the
     driver pod (:data:`~trainjob_operator.constants.WORKER_LABEL_SELECTOR_ENV`: the worker
     pods' Ray nodes, not the validation pool's); None elsewhere (``trainjob run``)."""
-    value = os.environ.get(WORKER_LABEL_SELECTOR_ENV)
-    if not value:
-        return None
-    selector = json.loads(value)
-    if not isinstance(selector, dict):
-        raise ValueError(f"{WORKER_LABEL_SELECTOR_ENV} must be a JSON object, got {value!r}")
-    return {str(key): str(label) for key, label in selector.items()}
+    return _label_selector_from_env(WORKER_LABEL_SELECTOR_ENV)
+
+
+def data_label_selector() -> dict[str, str] | None:
+    """The Ray node labels the training datasets' Ray Data tasks must run on: set by the
+    operator in the driver pod (:data:`~trainjob_operator.constants.DATA_LABELS_ENV`: the data
+    pool's Ray nodes); None elsewhere (``trainjob run``: any node of the local Ray)."""
+    return _label_selector_from_env(DATA_LABELS_ENV)
+
+
+def build_datasets(plan: RunPlan) -> tuple[dict[str, Any], DataConfig | None]:
+    """The trainer's ``datasets`` and ``dataset_config`` from ``spec.data`` (empty and None
+    without it). Call after ``ray.init``: the datasets function may start Ray Data work.
+
+    ``datasets_fn(spec.config)`` must return a dict of name -> ``ray.data.Dataset``. With
+    :func:`data_label_selector` set (a TrainJob's driver), the selector becomes the driver's
+    ``DataContext.execution_options.label_selector`` before the function runs (what it starts,
+    and the workers' copy of the context, stay on the data pool) and each dataset's
+    ``ExecutionOptions.label_selector`` (Ray Train's default ingest options do not carry it
+    over), so their reads and ``map_batches`` run on the data pool only.
+
+    Raises:
+        EntrypointError: when the function returns anything but a dict of datasets, or
+            ``datasetsToSplit`` names a dataset it did not return (invalid input).
+        RuntimeError: when the function itself raises (e.g. storage unreachable: retried).
+    """
+    data = plan.job.spec.data
+    if data is None or plan.datasets_fn is None:
+        return {}, None
+    selector = data_label_selector()
+    if selector:
+        from ray.data import DataContext
+
+        current = DataContext.get_current().execution_options
+        current.label_selector = {**(current.label_selector or {}), **selector}
+    try:
+        datasets = plan.datasets_fn(dict(plan.job.spec.config))
+    except Exception as exc:
+        raise RuntimeError(f"spec.data.datasets ({data.datasets}) raised {exc!r}") from exc
+    if not isinstance(datasets, dict) or not all(
+        isinstance(name, str) and hasattr(ds, "streaming_split") for name, ds in datasets.items()
+    ):
+        raise EntrypointError(
+            "spec.data.datasets",
+            f"{data.datasets} returned {type(datasets).__name__}, not a dict of "
+            "name -> ray.data.Dataset",
+            "return e.g. {'train': ray.data.read_parquet(...)}",
+        )
+    unknown = sorted(set(data.datasets_to_split or ()) - set(datasets))
+    if unknown:
+        raise EntrypointError(
+            "spec.data.datasetsToSplit",
+            f"names {unknown}, which {data.datasets} did not return (it returned "
+            f"{sorted(datasets) or 'none'})",
+            "name the keys of the dict the datasets function returns",
+        )
+    options = None
+    if selector:
+        options = {}
+        for name in datasets:
+            options[name] = DataConfig.default_ingest_options()
+            options[name].label_selector = dict(selector)
+    config = DataConfig(
+        datasets_to_split=list(data.datasets_to_split)
+        if data.datasets_to_split is not None
+        else "all",
+        execution_options=options,
+    )
+    return datasets, config
 
 
 def build_trainer(plan: RunPlan, callbacks: list[Callback], *, forward_env: bool = True) -> Any:
@@ -237,6 +328,10 @@ def build_trainer(plan: RunPlan, callbacks: list[Callback], *, forward_env: bool
         ),
         label_selector=worker_label_selector(),
     )
+    datasets, dataset_config = build_datasets(plan)
+    data_kwargs: dict[str, Any] = (
+        {"datasets": datasets, "dataset_config": dataset_config} if dataset_config else {}
+    )
     if spec.framework == "torch":
         from trainer_runtime.torch import TorchTrainer
 
@@ -245,6 +340,7 @@ def build_trainer(plan: RunPlan, callbacks: list[Callback], *, forward_env: bool
             train_loop_config=dict(spec.config),
             scaling_config=scaling,
             run_config=run_config,
+            **data_kwargs,
         )
     from trainer_runtime.jax import JaxTrainer
 
@@ -253,5 +349,6 @@ def build_trainer(plan: RunPlan, callbacks: list[Callback], *, forward_env: bool
         train_loop_config=dict(spec.config),
         scaling_config=scaling,
         run_config=run_config,
+        **data_kwargs,
     )
     return jax_trainer

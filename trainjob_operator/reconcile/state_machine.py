@@ -657,13 +657,13 @@ def check_slice_recovery_if_needed(r: Reconcile) -> Done:
 
 
 def check_worker_replacement_if_needed(r: Reconcile) -> Done:
-    """A worker or validation pod that ended is deleted, to be recreated under the same name
+    """A worker, validation or data pod that ended is deleted, to be recreated under the same name
     (the runtime restarts the worker group from the latest checkpoint); the hosts of a
     multi-host TPU slice are replaced together (:func:`check_slice_recovery_if_needed`)."""
     check_slice_recovery_if_needed(r)
     for pod in r.current_pods:
         if (
-            role_of(pod) in ("worker", "validation")
+            role_of(pod) in ("worker", "validation", "data")
             and pod_done(pod)
             and not r.deleting(name_of(pod))
         ):

@@ -11,6 +11,7 @@ Children of TrainJob ``<job>`` (all with owner references, ``app.kubernetes.io/*
 - Service ``<job>-headless`` (headless; stable pod DNS) and Pod ``<job>-head`` (:mod:`.head`);
 - worker Pods ``<job>-w<i>`` or, on TPU, ``<job>-s<slice>-h<host>`` (:mod:`.workers`);
 - validation pool Pods ``<job>-val-<i>`` (:mod:`.validation_pool`);
+- data pool Pods ``<job>-data-<i>`` (:mod:`.data_pool`);
 - the driver Pod ``<job>-driver`` (:mod:`.driver`).
 
 Module layout: :mod:`.options` (operator-wide settings, from the chart's env vars),
@@ -36,6 +37,7 @@ from trainjob_operator.constants import (
 )
 from trainjob_operator.render.children import render_children, render_for_reconcile, renderer_for
 from trainjob_operator.render.context import RenderContext, build_context
+from trainjob_operator.render.data_pool import render_data_pods
 from trainjob_operator.render.driver import (
     DRIVER_MANIFEST_ENV,
     driver_manifest,
@@ -76,6 +78,7 @@ __all__ = [
     "driver_service_account_name",
     "head_address",
     "render_children",
+    "render_data_pods",
     "render_driver_pod",
     "render_driver_role",
     "render_driver_role_binding",

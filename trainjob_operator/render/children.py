@@ -8,6 +8,7 @@ from typing import Any
 
 from trainjob_operator.api.trainjob import TrainJob
 from trainjob_operator.render.context import build_context
+from trainjob_operator.render.data_pool import data_pods
 from trainjob_operator.render.driver import (
     driver_pod,
     driver_role,
@@ -28,20 +29,23 @@ __all__ = ["check_pod_budget", "render_children", "render_for_reconcile", "rende
 def check_pod_budget(job: TrainJob, options: RenderOptions) -> None:
     """Refuse a job that may ask for more pods than ``options.max_pods_per_job``.
 
-    Counted before anything is rendered: the head, the driver, ``numWorkers`` and the
-    validation pool's ``maxReplicas``. The reconciler fails such a job (its message is the
-    condition's); the operator and the other jobs go on.
+    Counted before anything is rendered: the head, the driver, ``numWorkers``, the
+    validation pool's ``maxReplicas`` and the data pool's ``replicas``. The reconciler fails
+    such a job (its message is the condition's); the operator and the other jobs go on.
 
     Raises:
         ValueError: naming ``spec.scaling.numWorkers``, the count and the limit.
     """
     spec = job.spec
     pool = spec.validation.pool.max_replicas if spec.validation is not None else 0
-    pods = 2 + spec.scaling.num_workers + pool
+    data = spec.data.pool.replicas if spec.data is not None else 0
+    pods = 2 + spec.scaling.num_workers + pool + data
     if pods > options.max_pods_per_job:
         raise ValueError(
             f"spec.scaling.numWorkers: this TrainJob asks for up to {pods} pods (head, driver, "
-            f"{spec.scaling.num_workers} worker(s), {pool} validation pod(s)), more than the "
+            f"{spec.scaling.num_workers} worker(s), {pool} validation pod(s)"
+            + (f", {data} data pod(s)" if data else "")
+            + "), more than the "
             f"{options.max_pods_per_job} pods per TrainJob this operator allows (hint: use fewer "
             "workers, or ask the cluster admin to raise the chart value "
             "limits.maxPodsPerTrainJob)"
@@ -61,7 +65,8 @@ def render_children(
     ServiceAccount, Role, RoleBinding (``<job>-driver``), the Ray token Secret
     (``<job>-ray-auth``), the NetworkPolicy (``<job>-ray``), the headless Service, the Ray
     dashboard's Service (``<job>-dashboard``, when ``spec.ray.dashboard.service``), the Ray head,
-    the workers, ``validation_replicas`` validation pods, and the driver (last: it needs the
+    the workers, ``validation_replicas`` validation pods, the data pool's pods
+    (``spec.data``), and the driver (last: it needs the
     RBAC objects and waits for the head).
 
     Args:
@@ -97,6 +102,7 @@ def render_children(
         head_pod(ctx),
         *worker_pods(ctx),
         *validation_pods(ctx, validation_replicas),
+        *data_pods(ctx),
         driver_pod(ctx),
     ]
     # Linear in the number of children (a count per key would be quadratic).

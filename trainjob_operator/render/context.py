@@ -43,7 +43,7 @@ __all__ = [
     "pod_group_name",
 ]
 
-Role = Literal["head", "worker", "validation", "driver", "dashboard"]
+Role = Literal["head", "worker", "validation", "data", "driver", "dashboard"]
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,15 @@ class RenderContext:
             ValueError: when ``pool.nodeSelector`` contradicts ``pool.spot``.
         """
         return placements.validation_placement(self)
+
+    @cached_property
+    def data_placement(self) -> Placement:
+        """Where the data pool pods run and what they get (needs ``spec.data``).
+
+        Raises:
+            ValueError: when ``pool.nodeSelector`` contradicts ``pool.spot``.
+        """
+        return placements.data_placement(self)
 
     @cached_property
     def driver_placement(self) -> Placement:

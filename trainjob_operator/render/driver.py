@@ -46,6 +46,7 @@ from typing import Any
 from trainjob_operator.api.trainjob import TrainJob
 from trainjob_operator.constants import (
     API_VERSION,
+    DATA_LABELS_ENV,
     DRIVER_METRICS_PORT,
     GROUP,
     KIND,
@@ -65,7 +66,7 @@ from trainjob_operator.render.names import driver_name
 from trainjob_operator.render.options import RenderOptions
 from trainjob_operator.render.pod_template import OPERATOR_VOLUMES
 from trainjob_operator.render.pods import build_container, build_pod, env_var
-from trainjob_operator.render.ray import TRAIN_POOL_LABELS
+from trainjob_operator.render.ray import DATA_POOL_LABELS, TRAIN_POOL_LABELS, label_selector_json
 
 __all__ = [
     "DRIVER_MANIFEST_ENV",
@@ -191,9 +192,10 @@ def render_driver_pod(
     """The driver pod ``<job>-driver`` (``restartPolicy: Never``).
 
     Env: ``RAY_ADDRESS`` (head GCS address), ``TRAINJOB_NAME``, ``TRAINJOB_NAMESPACE``,
-    ``TRAINJOB_ATTEMPT``, :data:`DRIVER_MANIFEST_ENV`, ``TRAINJOB_METRICS_PORT``, then
-    ``spec.env``. The training metrics are served on the container port ``metrics``
-    (:data:`DRIVER_SCRAPE_ANNOTATIONS`). Runs as
+    ``TRAINJOB_ATTEMPT``, :data:`DRIVER_MANIFEST_ENV`, ``TRAINJOB_METRICS_PORT``, the train
+    workers' label selector (``TRAINJOB_WORKER_LABEL_SELECTOR``) and, with ``spec.data``, the
+    data pool's (``TRAINJOB_DATA_LABEL_SELECTOR``), then ``spec.env``. The training metrics
+    are served on the container port ``metrics`` (:data:`DRIVER_SCRAPE_ANNOTATIONS`). Runs as
     :func:`driver_service_account_name`. Resources: ``options.driver_resources``, or
     ``resourcesPerWorker`` in local mode (``numWorkers: 0``). Not part of the Kueue gang.
 
@@ -217,8 +219,11 @@ def driver_pod(ctx: RenderContext) -> dict[str, Any]:
     if scaling.num_workers > 0 and scaling.tpu is None:
         # The train workers go to the worker pods' Ray nodes only (TPU workers are placed
         # by their TPU resources): the validation pool's CPUs are for Ray Data's tasks.
-        selector = json.dumps(dict(TRAIN_POOL_LABELS), sort_keys=True)
-        env.append(env_var(WORKER_LABEL_SELECTOR_ENV, selector))
+        env.append(env_var(WORKER_LABEL_SELECTOR_ENV, label_selector_json(TRAIN_POOL_LABELS)))
+    data = ctx.job.spec.data
+    if data is not None:
+        # The training datasets' Ray Data tasks go to the data pool's Ray nodes only.
+        env.append(env_var(DATA_LABELS_ENV, label_selector_json(DATA_POOL_LABELS)))
     # Under the storage account the per-job account's token comes from its Secret.
     borrowed = ctx.storage_service_account is not None
     token_path = OPERATOR_VOLUMES[DRIVER_TOKEN_VOLUME]

@@ -18,6 +18,7 @@ __all__ = [
     "GCS_PORT",
     "check_dns_label",
     "cpu_worker_pod_name",
+    "data_pod_name",
     "driver_name",
     "head_address",
     "head_host",
@@ -94,6 +95,11 @@ def tpu_worker_pod_name(job: str, slice_index: int, host: int) -> str:
 def validation_pod_name(job: str, index: int) -> str:
     """``<job>-val-<index>``: a validation pool pod."""
     return f"{job}-val-{index}"
+
+
+def data_pod_name(job: str, index: int) -> str:
+    """``<job>-data-<index>``: a data pool pod (``spec.data.pool``)."""
+    return f"{job}-data-{index}"
 
 
 def driver_name(job: str) -> str:

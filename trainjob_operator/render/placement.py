@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trainjob_operator.api.scaling import GPU_RESOURCE
+from trainjob_operator.api.spec import DataPoolConfig, ValidationPoolConfig
 from trainjob_operator.api.tpu import GKE_TPU_TOLERATION
 from trainjob_operator.render.options import GKE_SPOT_LABEL
 from trainjob_operator.render.pod_template import PodTemplateOverrides
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = [
     "GKE_SPOT_TOLERATION",
     "Placement",
+    "data_placement",
     "driver_placement",
     "head_placement",
     "validation_placement",
@@ -145,14 +147,44 @@ def validation_placement(ctx: RenderContext) -> Placement:
     validation = ctx.job.spec.validation
     if validation is None:
         raise ValueError("spec.validation is not set")
-    pool = validation.pool
+    return _cpu_pool_placement(
+        validation.pool,
+        "spec.validation.pool",
+        default_node_selector=ctx.options.validation_node_selector,
+        default_tolerations=ctx.options.validation_tolerations,
+    )
+
+
+def data_placement(ctx: RenderContext) -> Placement:
+    """Data pool pods: ``pool.resources``, ``pool.nodeSelector`` and ``pool.tolerations``, the
+    spot selector and toleration when ``pool.spot`` (no operator-wide defaults).
+
+    Raises:
+        ValueError: without ``spec.data``, or when ``pool.nodeSelector`` contradicts
+            ``pool.spot``.
+    """
+    data = ctx.job.spec.data
+    if data is None:
+        raise ValueError("spec.data is not set")
+    return _cpu_pool_placement(data.pool, "spec.data.pool")
+
+
+def _cpu_pool_placement(
+    pool: ValidationPoolConfig | DataPoolConfig,
+    field: str,
+    *,
+    default_node_selector: Mapping[str, str] | None = None,
+    default_tolerations: Sequence[Mapping[str, Any]] = (),
+) -> Placement:
+    """A CPU pool's pods (validation or data): its resources, selector and tolerations, plus
+    the GKE spot selector and toleration when ``pool.spot``."""
     node_selector: dict[str, str] = {}
     tolerations: list[dict[str, Any]] = [dict(t) for t in pool.tolerations]
     if pool.spot:
         current = pool.node_selector.get(GKE_SPOT_LABEL)
         if current is not None and current != "true":
             raise ValueError(
-                f"spec.validation.pool.nodeSelector[{GKE_SPOT_LABEL!r}]: {current!r} "
+                f"{field}.nodeSelector[{GKE_SPOT_LABEL!r}]: {current!r} "
                 "contradicts spot: true; set spot: false for on-demand nodes"
             )
         node_selector[GKE_SPOT_LABEL] = "true"
@@ -162,8 +194,8 @@ def validation_placement(ctx: RenderContext) -> Placement:
         node_selector=node_selector,
         user_node_selector=pool.node_selector,
         tolerations=tuple(tolerations),
-        default_node_selector=ctx.options.validation_node_selector,
-        default_tolerations=ctx.options.validation_tolerations,
+        default_node_selector=default_node_selector if default_node_selector is not None else {},
+        default_tolerations=default_tolerations,
     )
 
 

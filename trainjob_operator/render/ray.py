@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CLIENT_PORT",
     "DASHBOARD_PORT",
+    "DATA_POOL_LABELS",
     "GCS_PORT",
     "MEGASCALE_PORT",
     "METRICS_PORT",
@@ -25,6 +26,7 @@ __all__ = [
     "TRAIN_POOL_LABELS",
     "VALIDATION_POOL_LABELS",
     "WORKER_PRESTART_ENV_NAMES",
+    "label_selector_json",
     "ray_labels_arg",
     "ray_resources_arg",
     "ray_worker_command",
@@ -77,11 +79,20 @@ TRAIN_POOL_LABELS: Mapping[str, str] = {RAY_POOL_LABEL: "train"}
 (:data:`~trainjob_operator.constants.WORKER_LABEL_SELECTOR_ENV`)."""
 VALIDATION_POOL_LABELS: Mapping[str, str] = {RAY_POOL_LABEL: "validation"}
 """Ray node labels of the validation pool's pods."""
+DATA_POOL_LABELS: Mapping[str, str] = {RAY_POOL_LABEL: "data"}
+"""Ray node labels of the data pool's pods (``spec.data.pool``); the training datasets' Ray
+Data tasks select them (:data:`~trainjob_operator.constants.DATA_LABELS_ENV`)."""
 
 
 def ray_labels_arg(labels: Mapping[str, str]) -> str:
     """``--labels=k1=v1,k2=v2`` (Ray node labels, sorted: deterministic)."""
     return "--labels=" + ",".join(f"{key}={labels[key]}" for key in sorted(labels))
+
+
+def label_selector_json(labels: Mapping[str, str]) -> str:
+    """The Ray label selector ``labels`` as the env value the launcher and runtime read
+    (JSON, sorted keys: deterministic), e.g. ``{"trainjob.dev/pool": "train"}``."""
+    return json.dumps(dict(labels), sort_keys=True)
 
 
 TORCH_PRELOAD_MODULES = "torch.distributed,torch._dynamo"

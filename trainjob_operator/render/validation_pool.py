@@ -12,22 +12,16 @@ between ``pool.minReplicas`` and ``pool.maxReplicas``); it passes it as ``valida
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from trainjob_operator.api.trainjob import TrainJob
 from trainjob_operator.constants import VALIDATION_DATA_LABELS_ENV
-from trainjob_operator.render.context import RenderContext, build_context, common_env
+from trainjob_operator.render.context import RenderContext, build_context
+from trainjob_operator.render.cpu_pool import cpu_pool_pods
 from trainjob_operator.render.names import validation_pod_name
 from trainjob_operator.render.options import RenderOptions
-from trainjob_operator.render.pods import build_container, build_pod, env_var
-from trainjob_operator.render.ray import (
-    METRICS_PORT,
-    VALIDATION_POOL_LABELS,
-    ray_labels_arg,
-    ray_resources_arg,
-    ray_worker_command,
-)
+from trainjob_operator.render.pods import env_var
+from trainjob_operator.render.ray import VALIDATION_POOL_LABELS, label_selector_json
 
 __all__ = ["VALIDATION_RESOURCE", "render_validation_pods", "validation_pods"]
 VALIDATION_RESOURCE = "validation"
@@ -81,39 +75,15 @@ def validation_pods(ctx: RenderContext, validation_replicas: int) -> list[dict[s
             f"validation_replicas ({validation_replicas}) exceeds "
             f"spec.validation.pool.maxReplicas ({pool.max_replicas})"
         )
-    placement = ctx.validation_placement
-    slots = ctx.options.validation_slots
-    args = [
-        f"--num-cpus={pool.cpus_per_pod()}",  # for Ray Data's tasks; the validation takes none
-        "--num-gpus=0",
-        ray_resources_arg({VALIDATION_RESOURCE: slots}),
-        ray_labels_arg(VALIDATION_POOL_LABELS),
-    ]
-    command = ray_worker_command(ctx, args)
-    pods = []
-    for index in range(validation_replicas):
-        container = build_container(
-            ctx,
-            name="ray-validation",
-            command=command,
-            env=[
-                *common_env(ctx),
-                env_var(
-                    VALIDATION_DATA_LABELS_ENV,
-                    json.dumps(dict(VALIDATION_POOL_LABELS), sort_keys=True),
-                ),
-            ],
-            resources=placement.resources,
-            ports=(("metrics", METRICS_PORT),),
-        )
-        pods.append(
-            build_pod(
-                ctx,
-                name=validation_pod_name(ctx.name, index),
-                role="validation",
-                container=container,
-                placement=placement,
-                service_account=ctx.storage_service_account,
-            )
-        )
-    return pods
+    return cpu_pool_pods(
+        ctx,
+        replicas=validation_replicas,
+        role="validation",
+        container_name="ray-validation",
+        pod_name=validation_pod_name,
+        cpus=pool.cpus_per_pod(),  # for Ray Data's tasks; the validation takes none
+        labels=VALIDATION_POOL_LABELS,
+        placement=ctx.validation_placement,
+        resources={VALIDATION_RESOURCE: ctx.options.validation_slots},
+        env=[env_var(VALIDATION_DATA_LABELS_ENV, label_selector_json(VALIDATION_POOL_LABELS))],
+    )

@@ -66,7 +66,7 @@ __all__ = ["ROLES", "TERMINAL_PHASES", "USER_AGENT", "TrainJobClient", "run_fold
 
 TERMINAL_PHASES: tuple[Phase, ...] = (Phase.SUCCEEDED, Phase.FAILED)
 """What :meth:`TrainJobClient.wait` waits for by default."""
-ROLES = ("driver", "head", "worker", "validation")
+ROLES = ("driver", "head", "worker", "validation", "data")
 """The pod roles :meth:`TrainJobClient.logs` reads (the pods' role label)."""
 USER_AGENT = "trainjob-sdk"
 _PENDING_UPLOAD = "/pending-upload"
