@@ -230,9 +230,9 @@ class DatasetsConfig(ApiModel):
         default_factory=DataPoolConfig,
         description=(
             "The CPU-only pods <job>-data-<i> that run the datasets' Ray Data work (reads, "
-            "map_batches) in a TrainJob, labelled trainjob.dev/pool=data: the worker pods' Ray "
-            "nodes advertise only the CPUs their worker holds. One pod when omitted; "
-            "`trainjob run` uses the local Ray node instead."
+            "map_batches) in a TrainJob (their Ray nodes carry the data pool's label): the "
+            "worker pods' Ray nodes advertise only the CPUs their worker holds. One pod when "
+            "omitted; `trainjob run` uses the local Ray node instead."
         ),
     )
 
