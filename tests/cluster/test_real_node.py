@@ -173,8 +173,9 @@ def _install_chart(node: Node, images: dict[str, Image]) -> None:
         raise AssertionError(f"the operator did not start: {rollout.stderr}\n{logs.stdout}")
 
 
-def _start_fake_gcs(node: Node, images: dict[str, Image]) -> str:
-    """fake-gcs-server as a pod behind the Service fake-gcs; returns its URL from here."""
+def _create_fake_gcs(node: Node, images: dict[str, Image]) -> None:
+    """fake-gcs-server as a pod behind the Service fake-gcs (:func:`_fake_gcs_url` waits for
+    it: it starts while the chart is installed)."""
     manifest = f"""
 apiVersion: v1
 kind: Namespace
@@ -209,6 +210,10 @@ spec:
   ports: [{{name: http, port: {GCS_PORT}, targetPort: {GCS_PORT}}}]
 """
     node.kubectl("apply", "-f", "-", input=manifest)
+
+
+def _fake_gcs_url(node: Node) -> str:
+    """fake-gcs-server's URL from here, once its pod is Ready."""
     node.kubectl(
         "wait",
         "-n",
@@ -231,8 +236,9 @@ def cluster(node: Node, node_images: dict[str, Image]) -> Iterator[Cluster]:
     names the bridge here, for what reads or writes gs:// through
     :mod:`trainer_runtime.storage` (the SDK's upload of a working dir,
     ``TrainJobClient.result``, the ``trainjob`` commands run from here)."""
+    _create_fake_gcs(node, node_images)
     _install_chart(node, node_images)
-    env = Cluster(node, node_images, _start_fake_gcs(node, node_images))
+    env = Cluster(node, node_images, _fake_gcs_url(node))
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("STORAGE_EMULATOR_HOST", env.gcs_url)
         reset_storage_cache()
@@ -382,20 +388,18 @@ def kill_in_container(cluster: Cluster, namespace: str, pod: str, program: str) 
     assert "killed" in out, out
 
 
-def _terminate_a_worker_pod_gracefully(
-    cluster: Cluster, namespace: str, epochs: int, failure: dict[str, Any]
-) -> str:
-    """The quickstart with a preemption check every 5 batches; once it committed a
-    checkpoint, ``kubectl delete pod <job>-w1 --grace-period=90`` (the kubelet's SIGTERM, as a
-    node drain or spot reclaim gives). Returns the deleted pod's uid."""
-    make_job(
-        cluster,
-        namespace,
-        {"epochs": epochs, "batch_size": 8, "preemption_check_every": 5},
-        failure=failure,
-        podTemplate={"terminationGracePeriodSeconds": 90},
-    )
-    wait_for_a_committed_checkpoint(cluster, namespace)
+GRACEFUL_TERMINATION: dict[str, dict[str, Any]] = {
+    "config": {"preemption_check_every": 5},
+    "podTemplate": {"terminationGracePeriodSeconds": 90},
+}
+"""What a job needs for :func:`_terminate_a_worker_pod_gracefully`: a preemption check every
+5 batches, and pods given 90 s to end."""
+
+
+def _terminate_a_worker_pod_gracefully(cluster: Cluster, namespace: str) -> str:
+    """``kubectl delete pod <job>-w1 --grace-period=90`` (the kubelet's SIGTERM, as a node
+    drain or spot reclaim gives) of a job made with :data:`GRACEFUL_TERMINATION`, Running.
+    Returns the deleted pod's uid."""
     worker = cluster.pods(namespace)[f"{JOB}-w1"]
     env = {e.name: e.value for e in worker.spec.containers[0].env}
     assert env["TRAINJOB_TERMINATION_GRACE_PERIOD_S"] == "90"
@@ -424,11 +428,18 @@ def _cli(cluster: Cluster, command: list[str], namespace: str) -> subprocess.Com
 
 
 @scenario
-def suspend_tears_down_and_resume_continues_from_the_checkpoint(scene: Scene) -> None:
+def worker_terminated_without_preemption_budget_restarts_then_suspend_and_resume_continue(
+    scene: Scene,
+) -> None:
     """Submitted as from a laptop (issue 37): ``TrainJobClient.submit`` with a working dir
     whose module is not in the image (:data:`WORKING_DIR_MODULE`), uploaded from here to
-    fake-gcs-server; the first driver and the one after the resume each fetch it. Then the
-    cluster verbs read the run: ``kubectl trainjob logs`` (kubectl finds the plugin on PATH)
+    fake-gcs-server; each driver fetches it. With ``failure.maxPreemptionFailures: 0`` and
+    ``maxRestarts: 0``, a worker pod terminated gracefully after a checkpoint makes the driver
+    commit a last checkpoint and exit 3, and the operator restarts the whole job from it
+    without counting it (maxRestarts 0 would fail the job); ``kubectl describe tj`` shows the
+    restart history. Once the restarted driver resumed, ``spec.suspend`` tears every pod down
+    and resuming continues from the latest checkpoint to Succeeded. Then the cluster verbs
+    read the run: ``kubectl trainjob logs`` (kubectl finds the plugin on PATH)
     shows the driver's log, ``TrainJobClient.result`` and ``trainjob checkpoints`` list the
     checkpoints committed in storage."""
     cluster, namespace = scene
@@ -436,8 +447,10 @@ def suspend_tears_down_and_resume_continues_from_the_checkpoint(scene: Scene) ->
     body, bucket = job_manifest(
         cluster,
         namespace,
-        {"epochs": epochs, "batch_size": 8},
+        {"epochs": epochs, "batch_size": 8, **GRACEFUL_TERMINATION["config"]},
         entrypoint=f"{WORKING_DIR_MODULE}.train:train_func",
+        failure={"maxRestarts": 0, "maxPreemptionFailures": 0},
+        podTemplate=GRACEFUL_TERMINATION["podTemplate"],
     )
     client = TrainJobClient(namespace=namespace, kubeconfig=cluster.node.kubeconfig)
     with tempfile.TemporaryDirectory(prefix="trainjob-working-dir-") as tmp:
@@ -452,6 +465,17 @@ def suspend_tears_down_and_resume_continues_from_the_checkpoint(scene: Scene) ->
     assert uploaded.startswith(f"gs://{bucket}/runs/{JOB}/_code/"), uploaded
     assert cluster.gcs().bucket(bucket).blob(uploaded.removeprefix(f"gs://{bucket}/")).exists()
     wait_for_a_committed_checkpoint(cluster, namespace)
+    # No preemption budget: the whole job restarts, and its new driver resumes.
+    _terminate_a_worker_pod_gracefully(cluster, namespace)
+    wait_for(
+        "the restarted driver resuming from the checkpoint",
+        lambda: (
+            "Resuming run"
+            in cluster.node.kubectl("logs", "-n", namespace, f"{JOB}-driver", check=False).stdout
+        ),
+        timeout=600,
+        every=2.0,
+    )
     patch = {"spec": {"suspend": True}}
     cluster.custom.patch_namespaced_custom_object(
         "trainjob.dev", "v1alpha1", namespace, "trainjobs", JOB, patch
@@ -469,6 +493,15 @@ def suspend_tears_down_and_resume_continues_from_the_checkpoint(scene: Scene) ->
     # The new driver resumed from a checkpoint in storage rather than from scratch.
     driver_log = cluster.node.kubectl("logs", "-n", namespace, f"{JOB}-driver").stdout
     assert "Resuming run" in driver_log, driver_log[-3000:]
+    # One restart (suspending is not one), not counted; the driver's exit 3 named.
+    [restart] = status["restartHistory"]
+    assert restart["counted"] is False, restart
+    assert "exit code 3" in restart["message"] and "preempted" in restart["message"], restart
+    assert status["ignoredRestarts"] == 1
+    described = cluster.node.kubectl("describe", "tj", "-n", namespace, JOB).stdout
+    assert "Restart History:" in described, described
+    assert "exit code 3" in described, described
+    assert re.search(r"Counted:\s+false", described), described
 
     # kubectl's plugin convention: kubectl runs kubectl-trainjob with the rest of the line.
     logs = _cli(cluster, [str(cluster.node.kubectl_bin), "trainjob", "logs", JOB], namespace)
@@ -492,58 +525,6 @@ def suspend_tears_down_and_resume_continues_from_the_checkpoint(scene: Scene) ->
     for name in committed:
         assert re.search(rf"^{name}\s", listing, re.MULTILINE), listing
     assert f"Latest: {latest} " in listing, listing
-
-
-@scenario
-def a_worker_pod_terminated_gracefully_with_no_preemption_budget_restarts_the_job(
-    scene: Scene,
-) -> None:
-    """failure.maxPreemptionFailures 0: after the last checkpoint the driver exits 3 and the
-    operator restarts the whole job from it without counting it (maxRestarts 0 would fail
-    the job); ``kubectl describe tj`` shows the restart history."""
-    cluster, namespace = scene
-    epochs = 6
-    _terminate_a_worker_pod_gracefully(
-        cluster, namespace, epochs, {"maxRestarts": 0, "maxPreemptionFailures": 0}
-    )
-
-    status = cluster.wait_phase(namespace, "Succeeded", timeout=900)
-    assert status["progress"]["step"] == epochs - 1
-    [restart] = status["restartHistory"]
-    assert restart["counted"] is False, restart
-    assert "exit code 3" in restart["message"] and "preempted" in restart["message"], restart
-    assert status["ignoredRestarts"] == 1
-    driver_log = cluster.node.kubectl("logs", "-n", namespace, f"{JOB}-driver").stdout
-    assert "Resuming run" in driver_log, driver_log[-3000:]
-    described = cluster.node.kubectl("describe", "tj", "-n", namespace, JOB).stdout
-    assert "Restart History:" in described, described
-    assert "exit code 3" in described, described
-    assert re.search(r"Counted:\s+false", described), described
-
-
-@scenario
-def a_worker_pod_terminated_gracefully_restarts_the_worker_group_in_place(scene: Scene) -> None:
-    """The worker pod's SIGTERM drains its Ray node; the quickstart sees
-    get_preemption_info() and commits a last checkpoint; the driver's fit() restarts the
-    worker group from it (failure.maxPreemptionFailures -1, Ray Train's default) once the
-    operator recreated the pod: no whole-job restart, maxFailures 0 untouched."""
-    cluster, namespace = scene
-    epochs = 6
-    old_uid = _terminate_a_worker_pod_gracefully(
-        cluster, namespace, epochs, {"maxRestarts": 0, "maxFailures": 0}
-    )
-
-    status = cluster.wait_phase(namespace, "Succeeded", timeout=900)
-    assert status["progress"]["step"] == epochs - 1
-    assert status.get("restarts", 0) == 0 and not status.get("restartHistory"), status
-    driver_log = cluster.node.kubectl("logs", "-n", namespace, f"{JOB}-driver").stdout
-    # One rank was on the deleted pod; which one depends on Ray's rank order, not pod names.
-    one_rank_preempted = r"Preemption of ranks \[[01]\] \(Ray nodes \w+\)"
-    assert re.search(one_rank_preempted, driver_log), driver_log[-3000:]
-    assert "(attempt 1), resuming from" in driver_log, driver_log[-3000:]
-    assert "Worker group failed" not in driver_log, driver_log[-3000:]
-    # The operator recreated the pod under the same name; the new group ran on it.
-    assert str(cluster.pods(namespace)[f"{JOB}-w1"].metadata.uid) != old_uid
 
 
 def _follow_driver_log(cluster: Cluster, namespace: str) -> subprocess.Popen[str]:
@@ -572,34 +553,63 @@ def _checkpoint_folders(cluster: Cluster, bucket: str) -> tuple[set[str], set[st
 
 
 @scenario
-def worker_killed_then_driver_and_head_pods_deleted_resume_from_their_checkpoints(
+def worker_terminated_then_killed_then_driver_and_head_deleted_resume_from_checkpoints(
     scene: Scene,
 ) -> None:
-    """Three faults in one run, with the default ``maxRestarts: 0`` (issue 39). A worker's
+    """Four faults in one run, with the default ``maxRestarts: 0`` (issue 39). A worker pod
+    terminated gracefully: its SIGTERM drains its Ray node; the quickstart sees
+    get_preemption_info() and commits a last checkpoint; the driver's fit() restarts the
+    worker group from it (``failure.maxPreemptionFailures`` -1, Ray Train's default) once the
+    operator recreated the pod: no whole-job restart, not a worker failure. Then a worker's
     Ray node killed: the worker group restarts from the latest checkpoint (``maxFailures``).
     Then the driver pod deleted (``kubectl delete pod``, as a drain or an eviction deletes
     it): its SIGTERM makes the run commit what it can and the driver exit 3, and the
     operator restarts the job from the latest checkpoint on a new cluster, not counted
     (``DriverDisrupted``). Then, on that attempt, the Ray head pod deleted: the same
     (``HeadDisrupted``). The job succeeds, every checkpoint in storage is whole, and
-    ``restartHistory`` names each cause. Before, each deletion failed the job
-    (``maxRestarts=0 exhausted``)."""
+    ``restartHistory`` names each whole-job restart's cause (and only those two). Before,
+    each deletion failed the job (``maxRestarts=0 exhausted``)."""
     cluster, namespace = scene
-    epochs = 8
+    epochs = 9
     # Small batches make epochs of seconds, so that the faults land mid-training.
     body = make_job(
-        cluster, namespace, {"epochs": epochs, "batch_size": 8}, failure={"maxFailures": 3}
+        cluster,
+        namespace,
+        {"epochs": epochs, "batch_size": 8, **GRACEFUL_TERMINATION["config"]},
+        failure={"maxFailures": 3},
+        podTemplate=GRACEFUL_TERMINATION["podTemplate"],
     )
     wait_for_a_committed_checkpoint(cluster, namespace)
     worker = f"{JOB}-w1"
+
+    def current_driver_log() -> str:
+        return cluster.node.kubectl("logs", "-n", namespace, f"{JOB}-driver", check=False).stdout
+
+    def driver_log_once_restarted(attempt: int) -> str | None:
+        text = current_driver_log()
+        return text if f"(attempt {attempt}), resuming from" in text else None
+
+    terminated_uid = _terminate_a_worker_pod_gracefully(cluster, namespace)
+    log = wait_for(
+        "the worker group restarted in place from its last checkpoint",
+        lambda: driver_log_once_restarted(1),
+        timeout=600,
+        every=2.0,
+    )
+    # One rank was on the deleted pod; which one depends on Ray's rank order, not pod names.
+    one_rank_preempted = r"Preemption of ranks \[[01]\] \(Ray nodes \w+\)"
+    assert re.search(one_rank_preempted, log), log[-3000:]
+    assert "Worker group failed" not in log, log[-3000:]
+    status = cluster.status(namespace)
+    assert status.get("restarts", 0) == 0 and not status.get("restartHistory"), status
+    # The operator recreated the pod under the same name; the new group runs on it.
     old_uid = cluster.pods(namespace)[worker].metadata.uid
+    assert str(old_uid) != terminated_uid
+
     kill_in_container(cluster, namespace, worker, "raylet")  # the worker's Ray node dies
     wait_for(
         "the worker group restarted from a checkpoint",
-        lambda: (
-            "(attempt 1), resuming from"
-            in cluster.node.kubectl("logs", "-n", namespace, f"{JOB}-driver", check=False).stdout
-        ),
+        lambda: driver_log_once_restarted(2),
         timeout=600,
         every=2.0,
     )
@@ -760,8 +770,14 @@ def _scrape_the_driver_and_the_operator(cluster: Cluster, namespace: str) -> Non
             server.query(expr, at=at)  # answered (a query error raises)
         for title, expr in dashboard_queries("trainjob-training.json"):
             assert server.query(expr, at=at), f"panel {title!r}: no series for {expr}"
+        # The operator's series as of its latest scrape, waited for: under load one scrape
+        # can pass its 1 s timeout, and the target's series are stale until the next.
         for title, expr in dashboard_queries("trainjob-operator.json"):
-            assert server.query(expr), f"panel {title!r}: no series for {expr}"
+            wait_for(
+                f"panel {title!r}: a series for {expr}",
+                lambda expr=expr: server.query(expr),  # type: ignore[misc]
+                timeout=60,
+            )
     finally:
         server.stop()
 
