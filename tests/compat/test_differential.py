@@ -35,6 +35,7 @@ from tests.compat.workloads import (
     validation_without_config,
     world_size_train,
 )
+from tests.support.ray_train_reference import prompt_cleaner_stop
 
 os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
 APIS = ["ray.train", "trainer_runtime"]
@@ -46,6 +47,8 @@ def _modules(name: str, trainer: str = "dp") -> tuple[ModuleType, Any]:
     torch: importing it costs every worker seconds of CPU), ``torch`` or ``jax``."""
     if name == "ray.train":
         import ray.train  # needs pandas, pyarrow, tensorboardX: the test extra installs them
+
+        prompt_cleaner_stop()
 
         if trainer == "jax":
             from ray.train.v2.jax import JaxTrainer
@@ -403,41 +406,48 @@ def _logged(tmp_path: Path, name: str) -> list[Any]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-@pytest.mark.parametrize(
-    ("mode", "upload_fn", "delete"),
-    [
-        ("SYNC", True, None),
-        ("ASYNC", True, None),
-        ("SYNC", True, True),
-        ("ASYNC", True, False),
-        ("SYNC", False, True),
-        ("ASYNC", False, None),
-    ],
-)
-def test_checkpoint_upload_fn_and_delete_after_upload(
-    tmp_path: Path, ray_cluster: Any, mode: str, upload_fn: bool, delete: bool | None
-) -> None:
+UPLOAD_CASES = [
+    ["SYNC", True, None],
+    ["ASYNC", True, None],
+    ["SYNC", True, True],
+    ["ASYNC", True, False],
+    ["SYNC", False, True],
+    ["ASYNC", False, None],
+]
+"""(checkpoint_upload_mode, a checkpoint_upload_fn or not, delete_local_checkpoint_after_upload)
+of each case, in the order one run reports them."""
+
+
+def test_checkpoint_upload_fn_and_delete_after_upload(tmp_path: Path, ray_cluster: Any) -> None:
     """Who stores the checkpoint (a checkpoint_upload_fn or the runtime), what
-    get_checkpoint() returns after each report, and which reported folders are deleted."""
+    get_checkpoint() returns after each report, and which reported folders are deleted: each
+    case of :data:`UPLOAD_CASES` three reports long, one case after another in one run."""
+    steps = 3
     kept = {}
     for name in APIS:
-        config = {"steps": 3, "mode": mode, "upload_fn": upload_fn, "delete": delete}
+        config = {"steps": steps, "cases": UPLOAD_CASES, "log": str(tmp_path / f"{name}.log")}
         result = _fit(
             name,
             tmp_path,
             upload_fn_train,
-            {**config, "log": str(tmp_path / f"{name}.log")},
+            config,
             checkpoint_config=("CheckpointConfig", (), {"num_to_keep": 2}),
         )
         kept[name] = _kept(result)
-    [ours], [rays] = _logged(tmp_path, "trainer_runtime"), _logged(tmp_path, "ray.train")
-    assert ours["sources_left"] == rays["sources_left"]
+    ours, rays = _logged(tmp_path, "trainer_runtime"), _logged(tmp_path, "ray.train")
+    assert len(ours) == len(rays) == len(UPLOAD_CASES)
     assert kept["trainer_runtime"] == kept["ray.train"]
-    if mode == "SYNC":
-        assert ours["seen"] == rays["seen"] == [0, 1, 2]
-    else:  # stored in the background: how far the uploads got depends on timing, in both
-        for seen in (ours["seen"], rays["seen"]):
-            assert all(s is None or s <= step for step, s in enumerate(seen)), seen
+    cases = zip(UPLOAD_CASES, ours, rays, strict=True)
+    for index, ((mode, _, _), our_case, ray_case) in enumerate(cases):
+        case = (index, UPLOAD_CASES[index])
+        assert our_case["sources_left"] == ray_case["sources_left"], case
+        steps_of_case = list(range(index * steps, (index + 1) * steps))
+        if mode == "SYNC":
+            assert our_case["seen"] == ray_case["seen"] == steps_of_case, case
+        else:  # stored in the background: how far the uploads got depends on timing, in both
+            for seen in (our_case["seen"], ray_case["seen"]):
+                pairs = zip(steps_of_case, seen, strict=True)
+                assert all(s is None or s <= step for step, s in pairs), case
 
 
 def test_an_upload_fn_returning_another_folder_is_the_same_value_error(

@@ -116,12 +116,17 @@ def _step_log(config: dict[str, Any], record: Any) -> None:
 
 
 def upload_fn_train(config: dict[str, Any]) -> None:
-    """Rank 0 reports ``steps`` checkpoints stored by a ``checkpoint_upload_fn`` (or by the
-    runtime without ``upload_fn``); logs what ``get_checkpoint()`` returned after each report
-    and which reported folders were left on disk."""
+    """Rank 0 reports ``steps`` checkpoints per case of ``cases`` (``[mode, upload_fn,
+    delete]``: the report's ``checkpoint_upload_mode``, whether a ``checkpoint_upload_fn``
+    stores it or the runtime does, and ``delete_local_checkpoint_after_upload``, None for the
+    default), one case after another in one run; logs per case what ``get_checkpoint()``
+    returned after each report and which reported folders were left on disk. Without
+    ``cases``, one case from ``mode``/``upload_fn``/``delete``."""
     train = api(config)
     rank = train.get_context().get_world_rank()
-    mode = getattr(train.CheckpointUploadMode, config.get("mode", "SYNC"))
+    cases = config.get("cases") or [
+        [config.get("mode", "SYNC"), config.get("upload_fn", False), config.get("delete")]
+    ]
 
     def upload(checkpoint: Any, checkpoint_dir_name: str) -> Any:
         import pyarrow.fs
@@ -136,26 +141,34 @@ def upload_fn_train(config: dict[str, Any]) -> None:
         )
         return train.Checkpoint(dest)
 
-    seen, sources = [], []
-    for step in range(int(config["steps"])):
-        checkpoint = None
-        if rank == 0:
-            checkpoint = train.Checkpoint.from_directory(_save(step, rank, False))
-            sources.append(checkpoint.path)
-        kwargs: dict[str, Any] = {}
-        if config.get("delete") is not None:
-            kwargs["delete_local_checkpoint_after_upload"] = config["delete"]
-        train.report(
-            {"step": step},
-            checkpoint=checkpoint,
-            checkpoint_upload_mode=mode,
-            checkpoint_upload_fn=upload if config.get("upload_fn") else None,
-            **kwargs,
-        )
-        seen.append(read_step(train.get_checkpoint()) if rank == 0 else None)
+    logs: list[dict[str, Any]] = []
+    step = 0
+    for mode_name, upload_fn, delete in cases:
+        mode = getattr(train.CheckpointUploadMode, mode_name)
+        seen, sources = [], []
+        for _ in range(int(config["steps"])):
+            checkpoint = None
+            if rank == 0:
+                checkpoint = train.Checkpoint.from_directory(_save(step, rank, False))
+                sources.append(checkpoint.path)
+            kwargs: dict[str, Any] = {}
+            if delete is not None:
+                kwargs["delete_local_checkpoint_after_upload"] = delete
+            train.report(
+                {"step": step},
+                checkpoint=checkpoint,
+                checkpoint_upload_mode=mode,
+                checkpoint_upload_fn=upload if upload_fn else None,
+                **kwargs,
+            )
+            seen.append(read_step(train.get_checkpoint()) if rank == 0 else None)
+            step += 1
+        logs.append({"seen": seen, "sources": sources})
     train.get_all_reported_checkpoints(train.CheckpointConsistencyMode.COMMITTED)
     if rank == 0:
-        _step_log(config, {"seen": seen, "sources_left": [os.path.exists(p) for p in sources]})
+        for log in logs:
+            left = [os.path.exists(p) for p in log["sources"]]
+            _step_log(config, {"seen": log["seen"], "sources_left": left})
 
 
 def reported_train(config: dict[str, Any]) -> None:
