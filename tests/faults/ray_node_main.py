@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.faults.preemption_main import BackgroundFit, scenario_main
-from tests.support.ports import free_port
+from tests.support.ports import own_ray_port_flags
 from tests.support.waiting import wait_for as _wait_for
 from trainjob_operator.constants import TERMINATION_GRACE_ENV
 from trainjob_operator.launcher.ray_node import RAY_NODE_LOG_IDLE, raylet_node_id
@@ -32,23 +32,8 @@ NODES = 3
 """Two for the job's workers, one spare for the worker group restarted in place."""
 
 
-def own_port_flags() -> list[str]:
-    """``ray start`` flags giving a node ports of its own: several Ray nodes share this host
-    (in a cluster each pod has its own network), and Ray's fixed defaults (the dashboard
-    agent's) would collide."""
-    flags = (
-        "node-manager-port",
-        "object-manager-port",
-        "metrics-export-port",
-        "dashboard-agent-listen-port",
-        "dashboard-agent-grpc-port",
-        "runtime-env-agent-port",
-    )
-    return [f"--{flag}={free_port()}" for flag in flags]
-
-
 def _start_node(head: str, log: Path) -> subprocess.Popen[bytes]:
-    ports = own_port_flags()
+    ports = own_ray_port_flags()
     argv = [
         sys.executable,
         "-m",
@@ -75,8 +60,8 @@ JOIN_TIMEOUT_S = 240
 beside this one takes from seconds to minutes."""
 JOIN_ATTEMPTS = 3
 """Tries to start a node whose ``ray start`` exited before joining: the ports picked for it
-(:func:`own_port_flags`) can be taken by another process of this host in the meantime, which
-cannot happen between pods, each with a network of its own."""
+(:func:`~tests.support.ports.own_ray_port_flags`) can be taken by another process of this
+host in the meantime, which cannot happen between pods, each with a network of its own."""
 
 
 def _join_node(head: str, log: Path, alive_nodes: int) -> subprocess.Popen[bytes]:

@@ -70,13 +70,12 @@ def test_a_fresh_ray_node_has_a_raylet_id_and_no_busy_workers(tmp_path: Path) ->
     work: a drained node without actors or tasks stops at once."""
     import signal
 
-    from tests.faults.ray_node_main import own_port_flags
-    from tests.support.ports import free_port
+    from tests.support.ports import free_port, own_ray_port_flags
     from tests.support.waiting import wait_for
 
     ray_bin = str(Path(sys.executable).with_name("ray"))
     argv = [ray_bin, "start", "--head", f"--port={free_port()}", "--num-cpus=1", "--block"]
-    argv += ["--include-dashboard=false", "--disable-usage-stats", *own_port_flags()]
+    argv += ["--include-dashboard=false", "--disable-usage-stats", *own_ray_port_flags()]
     node = subprocess.Popen(
         argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )

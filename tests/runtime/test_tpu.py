@@ -34,6 +34,8 @@ import pytest
 
 import trainjob_operator.api.tpu as api_tpu
 from tests.runtime.jax_workloads import collective_train, worker_probe
+from tests.support.ports import own_ray_port_flags
+from tests.support.waiting import wait_for
 from trainer_runtime import RunConfig, ScalingConfig, TrainingFailedError
 from trainer_runtime._tpu_slices import (
     discover_tpu_slices,
@@ -299,6 +301,7 @@ def _start_fake_host(address: str, resources: dict[str, float], env: dict[str, s
             f"--resources={json.dumps(resources)}",
             "--block",
             "--disable-usage-stats",
+            *own_ray_port_flags(),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -334,14 +337,13 @@ def _fake_hosts() -> list[tuple[dict[str, float], dict[str, str]]]:
 def fake_tpu_cluster(ray_cluster: Any) -> Iterator[FakeTpuCluster]:
     """Nine FAKE TPU hosts joined to the test cluster: slices slice-a, slice-b and single-c.
 
-    They start one after the other: raylets started at the same moment on one machine can
-    pick the same free port and crash.
+    Each has ports of its own, and each starts once the one before has made its sockets
+    (Ray names a node's sockets in the session folder by the first free index, so two
+    ``ray start`` at the same moment take the same name and one crashes), without waiting for
+    it to join.
     """
     ray = ray_cluster
     address = ray.get_runtime_context().gcs_address
-
-    def alive() -> int:
-        return sum(1 for n in ray.nodes() if n["Alive"])
 
     def members() -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
@@ -351,16 +353,38 @@ def fake_tpu_cluster(ray_cluster: Any) -> Iterator[FakeTpuCluster]:
             out[name] = [n["NodeID"] for n in heads + [n for n in nodes if n not in heads]]
         return out
 
+    def all_joined() -> bool:
+        exited = [p.args for p in procs if p.poll() is not None]
+        if exited:
+            raise RuntimeError(f"fake TPU hosts exited before joining the cluster: {exited}")
+        return [len(v) for v in members().values()] == [4, 4, 1]
+
+    sockets = Path(ray._private.worker.global_worker.node.get_session_dir_path(), "sockets")
+
+    def node_sockets() -> tuple[int, int]:
+        """How many raylet and plasma store sockets the session folder has."""
+        names = [p.name for p in sockets.iterdir()]
+        return sum(n.startswith("raylet") for n in names), sum(
+            n.startswith("plasma_store") for n in names
+        )
+
     procs: list[Any] = []
     try:
         for resources, env in _fake_hosts():
-            before = alive()
+            raylets, stores = node_sockets()
             procs.append(_start_fake_host(address, resources, env))
-            deadline = time.monotonic() + 120
-            while alive() <= before:
-                if time.monotonic() > deadline or procs[-1].poll() is not None:
-                    raise RuntimeError(f"fake TPU host {resources} did not join the cluster")
-                time.sleep(0.2)
+
+            def made_its_sockets(raylets: int = raylets, stores: int = stores) -> bool:
+                now = node_sockets()
+                return all_joined() or (now[0] > raylets and now[1] > stores)
+
+            wait_for(
+                f"fake TPU host {resources} made its sockets",
+                made_its_sockets,
+                timeout=120,
+                every=0.1,
+            )
+        wait_for("the nine fake TPU hosts joined", all_joined, timeout=180, every=0.5)
         found = members()
         assert [len(v) for v in found.values()] == [4, 4, 1], found
         yield FakeTpuCluster(found)

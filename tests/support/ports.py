@@ -22,3 +22,18 @@ def free_port(host: str = "127.0.0.1") -> int:
             if port not in _given:
                 _given.add(port)
                 return port
+
+
+def own_ray_port_flags() -> list[str]:
+    """``ray start`` flags giving a Ray node ports of its own: several Ray nodes share this
+    host (in a cluster each pod has its own network), and Ray's fixed defaults (the dashboard
+    agent's) collide, as do free ports two ``ray start`` at the same moment each pick."""
+    flags = (
+        "node-manager-port",
+        "object-manager-port",
+        "metrics-export-port",
+        "dashboard-agent-listen-port",
+        "dashboard-agent-grpc-port",
+        "runtime-env-agent-port",
+    )
+    return [f"--{flag}={free_port()}" for flag in flags]
