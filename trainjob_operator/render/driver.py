@@ -180,10 +180,9 @@ def driver_manifest_json(job: TrainJob, *, uid: str, options: RenderOptions | No
     return _manifest_json(build_context(job, uid=uid, options=options))
 
 
-def driver_command(ctx: RenderContext) -> list[str]:
-    """``python -m`` :data:`DRIVER_START_MODULE` (``RAY_ADDRESS`` comes from the pod's env)."""
-    del ctx  # the same command for every job
-    return ["python", "-m", DRIVER_START_MODULE]
+DRIVER_COMMAND: tuple[str, ...] = ("python", "-m", DRIVER_START_MODULE)
+"""The driver container's command, the same for every job (``RAY_ADDRESS`` comes from the
+pod's env)."""
 
 
 def render_driver_pod(
@@ -230,7 +229,7 @@ def driver_pod(ctx: RenderContext) -> dict[str, Any]:
     container = build_container(
         ctx,
         name="driver",
-        command=driver_command(ctx),
+        command=list(DRIVER_COMMAND),
         env=env,
         resources=placement.resources,
         ports=[("metrics", DRIVER_METRICS_PORT)],
