@@ -414,14 +414,29 @@ WORKING_DIR_MODULE = "mytrain"
 it runs only if its working dir reached the pods."""
 
 
-def _cli(cluster: Cluster, command: list[str], namespace: str) -> subprocess.CompletedProcess[str]:
-    """A ``trainjob`` command of this environment (``kubectl-trainjob`` and ``trainjob`` are
-    in its scripts folder, put first on PATH) against the node, in ``namespace``."""
+TRAINJOB_CLI = str(Path(sysconfig.get_path("scripts")) / "trainjob")
+"""The ``trainjob`` command of this environment."""
+
+
+def _cli_args(cluster: Cluster, command: list[str], namespace: str) -> list[str]:
+    return [*command, "-n", namespace, "--kubeconfig", str(cluster.node.kubeconfig)]
+
+
+def _cli_env() -> dict[str, str]:
+    """This environment's scripts folder (``kubectl-trainjob``, ``trainjob``) first on PATH."""
     scripts = sysconfig.get_path("scripts")
-    env = {**os.environ, "PATH": os.pathsep.join([scripts, os.environ.get("PATH", "")])}
-    args = ["-n", namespace, "--kubeconfig", str(cluster.node.kubeconfig)]
+    return {**os.environ, "PATH": os.pathsep.join([scripts, os.environ.get("PATH", "")])}
+
+
+def _cli(cluster: Cluster, command: list[str], namespace: str) -> subprocess.CompletedProcess[str]:
+    """A ``trainjob`` command of this environment against the node, in ``namespace``."""
     result = subprocess.run(
-        [*command, *args], capture_output=True, text=True, env=env, timeout=180, check=False
+        _cli_args(cluster, command, namespace),
+        capture_output=True,
+        text=True,
+        env=_cli_env(),
+        timeout=180,
+        check=False,
     )
     assert result.returncode == 0, f"{command} exited {result.returncode}:\n{result.stderr}"
     return result
@@ -440,7 +455,9 @@ def worker_terminated_without_preemption_budget_restarts_then_suspend_and_resume
     restart history. Once the restarted driver resumed, ``spec.suspend`` tears every pod down
     and resuming continues from the latest checkpoint to Succeeded. Then the cluster verbs
     read the run: ``kubectl trainjob logs`` (kubectl finds the plugin on PATH)
-    shows the driver's log, ``TrainJobClient.result`` and ``trainjob checkpoints`` list the
+    shows the driver's log, ``trainjob logs --role worker --rank 1`` a worker's (while
+    Running), ``trainjob logs -f`` streams the resumed driver's log while it trains and exits
+    0 when the driver ends, ``TrainJobClient.result`` and ``trainjob checkpoints`` list the
     checkpoints committed in storage."""
     cluster, namespace = scene
     epochs = 6
@@ -465,6 +482,14 @@ def worker_terminated_without_preemption_budget_restarts_then_suspend_and_resume
     assert uploaded.startswith(f"gs://{bucket}/runs/{JOB}/_code/"), uploaded
     assert cluster.gcs().bucket(bucket).blob(uploaded.removeprefix(f"gs://{bucket}/")).exists()
     wait_for_a_committed_checkpoint(cluster, namespace)
+    # The second worker's pod (rank 1: <job>-w1) as the CLI shows it: its log so far, which
+    # kubectl's (read after it, logs only grow) starts with.
+    worker_log = _cli(
+        cluster, [TRAINJOB_CLI, "logs", JOB, "--role", "worker", "--rank", "1"], namespace
+    ).stdout
+    from_kubectl = cluster.node.kubectl("logs", "-n", namespace, f"{JOB}-w1").stdout
+    assert worker_log.strip() and from_kubectl.startswith(worker_log), (worker_log, from_kubectl)
+
     # No preemption budget: the whole job restarts, and its new driver resumes.
     _terminate_a_worker_pod_gracefully(cluster, namespace)
     wait_for(
@@ -487,7 +512,20 @@ def worker_terminated_without_preemption_budget_restarts_then_suspend_and_resume
     cluster.custom.patch_namespaced_custom_object(
         "trainjob.dev", "v1alpha1", namespace, "trainjobs", JOB, patch
     )
-    status = cluster.wait_phase(namespace, "Succeeded", timeout=900)
+    # `trainjob logs -f` of the driver, from before the new driver's pod exists (it waits for
+    # it) to the driver's end, while the job runs to its end.
+    follow = subprocess.Popen(
+        _cli_args(cluster, [TRAINJOB_CLI, "logs", "-f", JOB], namespace),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_cli_env(),
+    )
+    try:
+        status = cluster.wait_phase(namespace, "Succeeded", timeout=900)
+        followed, follow_errors = follow.communicate(timeout=120)
+    finally:
+        follow.kill()
     assert status["progress"]["step"] == epochs - 1
     assert status["latestCheckpoint"]["step"] == epochs - 1
     # The new driver resumed from a checkpoint in storage rather than from scratch.
@@ -502,6 +540,11 @@ def worker_terminated_without_preemption_budget_restarts_then_suspend_and_resume
     assert "Restart History:" in described, described
     assert "exit code 3" in described, described
     assert re.search(r"Counted:\s+false", described), described
+    # logs -f ended on its own when the driver did, with the driver's whole log.
+    assert follow.returncode == 0, (follow.returncode, follow_errors, followed[-3000:])
+    assert "Resuming run" in followed, followed[-3000:]
+    last_line = driver_log.rstrip().splitlines()[-1]
+    assert followed.rstrip().splitlines()[-1] == last_line, (followed[-3000:], last_line)
 
     # kubectl's plugin convention: kubectl runs kubectl-trainjob with the rest of the line.
     logs = _cli(cluster, [str(cluster.node.kubectl_bin), "trainjob", "logs", JOB], namespace)
@@ -516,11 +559,7 @@ def worker_terminated_without_preemption_budget_restarts_then_suspend_and_resume
     result = client.result(JOB)
     assert sorted(r.name for r in result.checkpoints) == committed, result.checkpoints
     assert result.checkpoint is not None and result.checkpoint.path == latest, result
-    listing = _cli(
-        cluster,
-        [str(Path(sysconfig.get_path("scripts")) / "trainjob"), "checkpoints", JOB],
-        namespace,
-    ).stdout
+    listing = _cli(cluster, [TRAINJOB_CLI, "checkpoints", JOB], namespace).stdout
     assert f"Run folder: gs://{bucket}/runs/{JOB}" in listing, listing
     for name in committed:
         assert re.search(rf"^{name}\s", listing, re.MULTILINE), listing
