@@ -1185,26 +1185,37 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 
     # -- tear-down --------------------------------------------------------------------------
 
-    def _drain(self, timeout: float = 120.0) -> None:
+    def _drain(self, timeout: float = 120.0, grace: int = 5) -> None:
         """Delete every pod through the API and wait until containerd runs none (the kubelet
         stops them, tearing down their networks). The controller manager is stopped first and
-        pods are deleted again as long as something (an operator) recreates them."""
+        pods are deleted again as long as something (an operator) recreates them.
+
+        Pods whose deletion someone asked for earlier with a longer grace period (a finished
+        TrainJob's pods given ``terminationGracePeriodSeconds: 90``) are not waited for: this
+        kubelet does not shorten a kill in progress, and :meth:`stop` kills what still runs."""
         assert self._api is not None
         self._stop_named("kube-controller-manager")
         core = k8s_client.CoreV1Api(self._api)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for pod in core.list_pod_for_all_namespaces(_request_timeout=10).items:
+            pods = core.list_pod_for_all_namespaces(_request_timeout=10).items
+            for pod in pods:
                 if pod.metadata.deletion_timestamp is not None:
                     continue
                 with contextlib.suppress(k8s_client.ApiException):
                     core.delete_namespaced_pod(
                         pod.metadata.name,
                         pod.metadata.namespace,
-                        grace_period_seconds=5,
+                        grace_period_seconds=grace,
                         _request_timeout=10,
                     )
             if not self._running_tasks():
+                return
+            if pods and all(
+                p.metadata.deletion_timestamp is not None
+                and (p.metadata.deletion_grace_period_seconds or 0) > grace
+                for p in pods
+            ):
                 return
             time.sleep(2.0)
 
