@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,8 +14,10 @@ from typing import Any
 
 import pytest
 
+import trainjob_operator.sdk.client as client_module
 from trainjob_operator.kube import KubeClient, KubeConfig
 from trainjob_operator.sdk import TrainJobClient, TrainJobNotFound
+from trainjob_operator.sdk.errors import ClusterUnreachable
 
 
 def _pod(name: str, container: str, started: bool) -> dict[str, Any]:
@@ -45,6 +48,8 @@ class FakeApi:
                 self.driver_lists += 1
                 started = self.driver_lists > 2
             return 200, {"items": [_pod("j-driver", "driver", started)]}
+        if path == base + "/j-w0/log":  # a pod silent for a while between two lines
+            return 200, [(0.0, "j-w0 line 0\n"), (0.5, "j-w0 line 1\n")]
         if path.startswith(base + "/") and path.endswith("/log"):
             pod = path.split("/")[-2]
             return 200, "".join(f"{pod} line {i}\n" for i in range(3))
@@ -68,6 +73,14 @@ def api() -> Iterator[tuple[FakeApi, TrainJobClient]]:
             url = urllib.parse.urlsplit(self.path)
             query = dict(urllib.parse.parse_qsl(url.query))
             status, body = fake.answer(url.path, query)
+            if isinstance(body, list):  # (seconds to wait, text) chunks, streamed
+                self.send_response(status)
+                self.end_headers()
+                for delay, text in body:
+                    time.sleep(delay)
+                    self.wfile.write(text.encode())
+                    self.wfile.flush()
+                return
             data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Length", str(len(data)))
@@ -100,6 +113,20 @@ def test_the_rank_is_the_pods_order_and_follow_streams_the_first_container(
     first, *_ = client.logs("j", role="worker", rank=3, tail_lines=1)
     assert first == "j-w10 line 0"
     assert fake.requests[-1][1] == {"container": "ray-worker", "tailLines": "1"}
+
+
+def test_a_followed_log_may_be_silent_longer_than_the_read_timeout(
+    api: tuple[FakeApi, TrainJobClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over plain http (``kubectl proxy``) as over https: ``follow`` has no read timeout."""
+    _, client = api
+    monkeypatch.setattr(client_module, "LOG_READ_TIMEOUT_S", 0.2)
+    assert list(client.logs("j", follow=True, role="worker", rank=0)) == [
+        "j-w0 line 0",
+        "j-w0 line 1",
+    ]
+    with pytest.raises(ClusterUnreachable, match="reading the logs of pod j-w0 stopped"):
+        list(client.logs("j", role="worker", rank=0))  # not followed: the timeout holds
 
 
 def test_a_driver_that_has_not_started_is_refused_or_waited_for(

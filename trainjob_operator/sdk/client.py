@@ -74,6 +74,11 @@ _PENDING_UPLOAD = "/pending-upload"
 Manifest = str | os.PathLike[str] | Mapping[str, Any] | TrainJob | TrainJobSpec
 
 
+LOG_READ_TIMEOUT_S = 30.0
+"""How long a log read that does not follow waits for the API server (a followed log has no
+read timeout: the pod may be silent for as long as it likes)."""
+
+
 def run_folder(job: TrainJob) -> str:
     """The run folder of ``job`` in storage: ``<spec.storage.path>/<name>`` (checkpoints,
     their manifest, the uploaded working folders)."""
@@ -520,16 +525,15 @@ class TrainJobClient:
         path = resource_path("Pod", self.namespace, pod_name, "log")
         config = self.kube.config
         url = urllib.parse.urlsplit(config.host)
+        # A followed log can be silent for as long as the pod is: no read timeout then.
+        timeout = None if follow else LOG_READ_TIMEOUT_S
         conn: http.client.HTTPConnection
         if url.scheme == "https":
             conn = http.client.HTTPSConnection(
-                url.hostname or "",
-                url.port,
-                timeout=None if follow else 30.0,
-                context=ssl_context(config),
+                url.hostname or "", url.port, timeout=timeout, context=ssl_context(config)
             )
         else:
-            conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=30.0)
+            conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=timeout)
         headers = {"User-Agent": USER_AGENT}
         token = config.current_token()
         if token:
