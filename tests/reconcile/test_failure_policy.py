@@ -16,6 +16,7 @@ from trainjob_operator.api.spec import DEFAULT_FAILURE_RULES, FailureRuleAction
 from trainjob_operator.api.status import RESTART_HISTORY_LIMIT
 from trainjob_operator.constants import (
     DRIVER_PREEMPTED_EXIT_CODE,
+    ROLE_LABEL,
     SPEC_GENERATION_ANNOTATION,
     SPEC_HASH_ANNOTATION,
 )
@@ -350,7 +351,9 @@ def test_a_driver_that_failed_because_its_head_was_deleted_is_the_heads_disrupti
     # The head already gone: the same (the job was Running).
     gone = [p for p in _running() if p["metadata"]["name"] != "tj-head"]
     _terminated(gone[-1], 1)
-    plan = plan_reconcile(job, {"phase": "Running"}, gone, _desired(), NOW)
+    # The Ray token Secret carries the head's role label too, and is rendered before the head.
+    secret = {"kind": "Secret", "metadata": {"name": "tj-ray-auth", "labels": {ROLE_LABEL: "head"}}}
+    plan = plan_reconcile(job, {"phase": "Running"}, gone, [secret, *_desired()], NOW)
     [record] = plan.status["restartHistory"]
     assert record["reason"] == "HeadDisrupted" and record["counted"] is False
     assert "Ray head pod tj-head disappeared while Running" in record["message"]

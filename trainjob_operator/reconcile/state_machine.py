@@ -535,7 +535,10 @@ def check_lost_pods_if_needed(r: Reconcile) -> Done:
 
 
 def _desired_name(r: Reconcile, role: str) -> str:
-    return next((name_of(d) for d in r.desired if role_of(d) == role), role)
+    """The name of the desired pod of ``role`` (other children, e.g. the Ray token Secret,
+    carry the head's role label too)."""
+    pods = (d for d in r.desired if d.get("kind") == "Pod" and role_of(d) == role)
+    return next((name_of(d) for d in pods), role)
 
 
 def _gone(r: Reconcile, role: str) -> dict[str, Any]:
