@@ -446,19 +446,20 @@ def _cli(cluster: Cluster, command: list[str], namespace: str) -> subprocess.Com
 def worker_terminated_without_preemption_budget_restarts_then_suspend_and_resume_continue(
     scene: Scene,
 ) -> None:
-    """Submitted as from a laptop (issue 37): ``TrainJobClient.submit`` with a working dir
-    whose module is not in the image (:data:`WORKING_DIR_MODULE`), uploaded from here to
-    fake-gcs-server; each driver fetches it. With ``failure.maxPreemptionFailures: 0`` and
-    ``maxRestarts: 0``, a worker pod terminated gracefully after a checkpoint makes the driver
-    commit a last checkpoint and exit 3, and the operator restarts the whole job from it
+    """Submitted as from a laptop (issue 37): ``trainjob submit --working-dir DIR --follow``
+    with a working dir whose module is not in the image (:data:`WORKING_DIR_MODULE`), uploaded
+    from here to fake-gcs-server; each driver fetches it. With ``failure.maxPreemptionFailures:
+    0`` and ``maxRestarts: 0``, a worker pod terminated gracefully after a checkpoint makes the
+    driver commit a last checkpoint and exit 3, and the operator restarts the whole job from it
     without counting it (maxRestarts 0 would fail the job); ``kubectl describe tj`` shows the
     restart history. Once the restarted driver resumed, ``spec.suspend`` tears every pod down
-    and resuming continues from the latest checkpoint to Succeeded. Then the cluster verbs
-    read the run: ``kubectl trainjob logs`` (kubectl finds the plugin on PATH)
-    shows the driver's log, ``trainjob logs --role worker --rank 1`` a worker's (while
-    Running), ``trainjob logs -f`` streams the resumed driver's log while it trains and exits
-    0 when the driver ends, ``TrainJobClient.result`` and ``trainjob checkpoints`` list the
-    checkpoints committed in storage."""
+    and resuming continues from the latest checkpoint to Succeeded. Then the cluster verbs read
+    the run: ``kubectl trainjob logs`` (kubectl finds the plugin on PATH) shows the driver's
+    log, ``trainjob logs --role worker --rank 1`` a worker's (while Running), ``trainjob logs
+    -f`` streams the resumed driver's log while it trains and exits 0 when the driver ends,
+    ``submit --follow`` showed the progress lines to ``Succeeded`` and exited 0,
+    ``TrainJobClient.result`` and ``trainjob checkpoints`` list the checkpoints committed in
+    storage."""
     cluster, namespace = scene
     epochs = 6
     body, bucket = job_manifest(
@@ -470,13 +471,36 @@ def worker_terminated_without_preemption_budget_restarts_then_suspend_and_resume
         podTemplate=GRACEFUL_TERMINATION["podTemplate"],
     )
     client = TrainJobClient(namespace=namespace, kubeconfig=cluster.node.kubeconfig)
-    with tempfile.TemporaryDirectory(prefix="trainjob-working-dir-") as tmp:
-        shutil.copytree(
-            REPO / "examples" / "quickstart",
-            Path(tmp) / WORKING_DIR_MODULE,
-            ignore=shutil.ignore_patterns("__pycache__"),
+    # `trainjob submit MANIFEST --working-dir DIR --follow` as a user runs it, following the
+    # job (plain lines: no terminal) until it ends, through the restart and the suspension.
+    scratch = Path(tempfile.mkdtemp(prefix="trainjob-submit-"))
+    shutil.copytree(
+        REPO / "examples" / "quickstart",
+        scratch / "code" / WORKING_DIR_MODULE,
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    manifest = scratch / "trainjob.yaml"
+    manifest.write_text(yaml.safe_dump(body))
+    submit_out = scratch / "submit.out"
+    with submit_out.open("w") as out:
+        submit_argv = [TRAINJOB_CLI, "submit", str(manifest), "--follow"]
+        submit_argv += ["--working-dir", str(scratch / "code")]
+        submitted = subprocess.Popen(
+            _cli_args(cluster, submit_argv, namespace),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=_cli_env(),
         )
-        job = client.submit(body, working_dir=tmp)
+
+    def created() -> Any:
+        if submitted.poll() not in (None, 0):
+            raise AssertionError(
+                f"trainjob submit exited {submitted.returncode}: " + submit_out.read_text()[-3000:]
+            )
+        return next((j for j in client.list() if j.name == JOB), None)
+
+    job = wait_for("the TrainJob trainjob submit created", created, timeout=180, every=1.0)
     assert job.spec.runtime_env is not None
     uploaded = job.spec.runtime_env.working_dir or ""
     assert uploaded.startswith(f"gs://{bucket}/runs/{JOB}/_code/"), uploaded
@@ -545,6 +569,17 @@ def worker_terminated_without_preemption_budget_restarts_then_suspend_and_resume
     assert "Resuming run" in followed, followed[-3000:]
     last_line = driver_log.rstrip().splitlines()[-1]
     assert followed.rstrip().splitlines()[-1] == last_line, (followed[-3000:], last_line)
+
+    # trainjob submit --follow showed the progress to the end and exited as the job did.
+    try:
+        assert submitted.wait(timeout=120) == 0, submit_out.read_text()[-3000:]
+    finally:
+        submitted.kill()
+    shown = submit_out.read_text()
+    shutil.rmtree(scratch, ignore_errors=True)
+    assert f"created in namespace {namespace}" in shown, shown[-3000:]
+    assert re.search(r"checkpoint_\d+ committed \(step \d+", shown), shown[-3000:]
+    assert f"] Succeeded: step {epochs - 1}," in shown, shown[-3000:]
 
     # kubectl's plugin convention: kubectl runs kubectl-trainjob with the rest of the line.
     logs = _cli(cluster, [str(cluster.node.kubectl_bin), "trainjob", "logs", JOB], namespace)
