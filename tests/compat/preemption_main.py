@@ -33,7 +33,6 @@ os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
 
 from tests.compat.workloads import preemptible_train, read_step
 from tests.faults.preemption_main import drain_for_preemption, scenario_main, spare_node_cluster
-from tests.support.ray_train_reference import prompt_cleaner_stop
 
 APIS = ("ray.train", "trainer_runtime")
 #: The drain's deadline: Ray Train keeps the workers running until it passes.
@@ -47,8 +46,6 @@ def _trainer(name: str, workdir: Path, retries: bool, relax: bool | None) -> Any
     if name == "ray.train":
         import ray.train as train
         from ray.train.torch import TorchTrainer
-
-        prompt_cleaner_stop()
     else:
         import trainer_runtime as train
         from trainer_runtime.torch import TorchTrainer  # type: ignore[assignment]

@@ -35,7 +35,6 @@ from tests.compat.workloads import (
     validation_without_config,
     world_size_train,
 )
-from tests.support.ray_train_reference import prompt_cleaner_stop
 
 os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
 APIS = ["ray.train", "trainer_runtime"]
@@ -47,8 +46,6 @@ def _modules(name: str, trainer: str = "dp") -> tuple[ModuleType, Any]:
     torch: importing it costs every worker seconds of CPU), ``torch`` or ``jax``."""
     if name == "ray.train":
         import ray.train  # needs pandas, pyarrow, tensorboardX: the test extra installs them
-
-        prompt_cleaner_stop()
 
         if trainer == "jax":
             from ray.train.v2.jax import JaxTrainer

@@ -24,7 +24,6 @@ from typing import Any
 import pytest
 
 from tests.runtime.api_workloads import placement_probe
-from tests.support.ray_train_reference import prompt_cleaner_stop
 
 pytestmark = pytest.mark.ray
 
@@ -98,7 +97,6 @@ def _rays(out: Path, tmp_path: Path) -> dict[str, Any]:
     import ray.train
     from ray.train.v2.jax import JaxTrainer
 
-    prompt_cleaner_stop()
     JaxTrainer(
         placement_probe,
         train_loop_config={"out": str(out)},
