@@ -44,6 +44,7 @@ from trainer_runtime._metrics import validate_metrics
 from trainer_runtime.checkpoint import Checkpoint
 from trainer_runtime.checkpoint_manager import CheckpointRecord, CheckpointStatus
 from trainer_runtime.config import ValidationConfig
+from trainer_runtime.data_config import select_data_nodes
 from trainer_runtime.errors import ValidationDispatchError
 
 logger = logging.getLogger(__name__)
@@ -78,11 +79,7 @@ def keep_ray_data_on_this_pool() -> None:
     value = os.environ.get(DATA_LABELS_ENV)
     if not value:
         return
-    labels = json.loads(value)
-    from ray.data import DataContext  # only in the pool, where Ray Data is installed
-
-    options = DataContext.get_current().execution_options
-    options.label_selector = {**(options.label_selector or {}), **labels}
+    select_data_nodes(json.loads(value))
 
 
 def validation_task(

@@ -303,6 +303,15 @@ def capture_data_context() -> Any:
     return copy.deepcopy(DataContext.get_current())
 
 
+def select_data_nodes(labels: Mapping[str, str]) -> None:
+    """Add ``labels`` to the current ``DataContext``'s ``execution_options.label_selector``:
+    the Ray Data work this process starts from now on runs only on Ray nodes with them."""
+    from ray.data.context import DataContext
+
+    options = DataContext.get_current().execution_options
+    options.label_selector = {**(options.label_selector or {}), **labels}
+
+
 def install_data_context(ctx: Any) -> None:
     """Make ``ctx`` (the driver's ``DataContext``) the current one in this worker process."""
     from ray.data.context import DataContext

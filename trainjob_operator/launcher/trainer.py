@@ -27,6 +27,7 @@ from trainer_runtime import (
 )
 from trainer_runtime.callbacks import Callback
 from trainer_runtime.config import VALIDATION_RESOURCE
+from trainer_runtime.data_config import select_data_nodes
 from trainjob_operator.api.fields import split_entrypoint
 from trainjob_operator.api.trainjob import TrainJob
 from trainjob_operator.constants import DATA_LABELS_ENV, WORKER_LABEL_SELECTOR_ENV
@@ -221,10 +222,7 @@ def build_datasets(plan: RunPlan) -> tuple[dict[str, Any], DataConfig | None]:
         return {}, None
     selector = data_label_selector()
     if selector:
-        from ray.data import DataContext
-
-        current = DataContext.get_current().execution_options
-        current.label_selector = {**(current.label_selector or {}), **selector}
+        select_data_nodes(selector)
     try:
         datasets = plan.datasets_fn(dict(plan.job.spec.config))
     except Exception as exc:
