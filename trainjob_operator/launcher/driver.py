@@ -205,15 +205,10 @@ def main() -> int:
     try:
         # The worker pods carry spec.env (rendered into their containers); spec.data's
         # datasets are built here, on the cluster, their Ray Data work on the data pool.
-        trainer = build_trainer(plan, [tracker], forward_env=False)
+        build_trainer(plan, [tracker], forward_env=False).fit()
     except EntrypointError as exc:  # spec.data.datasets returned no datasets
         print(f"invalid TrainJob: {exc}", file=sys.stderr)
-        if isinstance(tracker, StatusPublisher):
-            tracker.close()
-        ray.shutdown()
         return DRIVER_INVALID_INPUT_EXIT_CODE
-    try:
-        trainer.fit()
     except TrainingFailedError as exc:
         error = exc
     finally:
