@@ -173,6 +173,25 @@ def _counts(junit: Path) -> tuple[int, int, int, int]:
     return tests - failed - skipped - errors, failed, skipped, errors
 
 
+def failure_lines(junit: Path, limit: int = 600) -> list[str]:
+    """One line per failed or erroring test of pytest's JUnit XML: its id and the start of its
+    message (the assertion, the exception), so the end of a long log still says what failed."""
+    if not junit.is_file():
+        return []
+    lines = []
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        for outcome in ("failure", "error"):
+            element = case.find(outcome)
+            if element is None:
+                continue
+            message = " ".join((element.get("message") or element.text or "").split())
+            if len(message) > limit:
+                message = message[:limit] + " [...]"
+            test = f"{case.get('file') or case.get('classname')}::{case.get('name')}"
+            lines.append(f"{test} ({outcome}): {message}")
+    return lines
+
+
 def run_tier(tier: Tier, extra: Sequence[str], provisioning: Provisioning | None) -> Result:
     """Run one tier's pytest, its output to ``.test-logs/<tier>.log``; print it at the end."""
     result = Result(tier.name)
@@ -348,6 +367,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     failures = sum(r.failed + r.errors for r in tests)
     skipped = sum(r.skipped for r in tests)
     if failed:
+        for result in tests:
+            for line in failure_lines(LOGS / f"{result.name}.xml"):
+                say(f"failed in {result.name}: {line}")
         say(f"FAILED: {', '.join(failed)}")
     # The closing line CI reads.
     print(f"{passed} passed, {failures} failed, {skipped} skipped", flush=True)

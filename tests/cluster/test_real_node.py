@@ -801,19 +801,31 @@ def jax_example_trains_to_success_in_the_jax_image(scene: Scene) -> None:
     assert row[0] == name and row[1] == "Succeeded" and row[3] == str(steps - 1), table
 
 
-def _scrape_the_driver_and_the_operator(cluster: Cluster, namespace: str) -> None:
+def _scrape_the_driver_and_the_operator(cluster: Cluster, namespace: str) -> dict[str, Any] | None:
     """A real Prometheus on this machine scrapes the training driver's pod (its ``metrics``
     port, by pod IP, through :meth:`Node.forward`) and the operator's pods while the job
     trains, and answers the chart's alerts and dashboard panels (the names match what the
-    containers export). Skipped without Debian's prometheus package."""
+    containers export). Called right after the TrainJob is created: scraping starts once the
+    driver's pod has an IP. Returns the job's status as first seen ``Running`` (None if it
+    never was while this waited). Without Debian's prometheus package it only waits for
+    that."""
     from tests.chart.test_monitoring import alert_exprs, rule_groups
     from tests.support.prometheus import PROMETHEUS, PrometheusServer, dashboard_queries
 
+    seen_running: list[dict[str, Any]] = []
+
+    def finished_or_note_running() -> bool:
+        status = cluster.status(namespace)
+        if status.get("phase") == "Running" and not seen_running:
+            seen_running.append(status)
+        return status.get("phase") in ("Failed", "Succeeded")
+
     if PROMETHEUS is None:
-        return
+        wait_for("Running", lambda: finished_or_note_running() or seen_running, timeout=600)
+        return seen_running[0] if seen_running else None
     driver_ip = wait_for(
         "the driver pod's IP",
-        lambda: cluster.pods(namespace)[f"{JOB}-driver"].status.pod_ip,
+        lambda: (pod := cluster.pods(namespace).get(f"{JOB}-driver")) and pod.status.pod_ip,
         timeout=300,
     )
     operators = cluster.core.list_namespaced_pod(
@@ -831,7 +843,7 @@ def _scrape_the_driver_and_the_operator(cluster: Cluster, namespace: str) -> Non
         committed = 'trainjob_train_checkpoints_committed_total{job="driver"}'
 
         def a_commit_scraped() -> bool:
-            if cluster.status(namespace).get("phase") in ("Failed", "Succeeded"):
+            if finished_or_note_running():
                 return True  # the checks below say what was missed
             return bool(server.query(f"{committed} >= 1"))
 
@@ -854,6 +866,7 @@ def _scrape_the_driver_and_the_operator(cluster: Cluster, namespace: str) -> Non
             )
     finally:
         server.stop()
+    return seen_running[0] if seen_running else None
 
 
 @scenario
@@ -867,9 +880,11 @@ def quickstart_trains_to_success_in_containers(scene: Scene) -> None:
         "trainjob.dev", "v1alpha1", namespace, "trainjobs", job
     )
     job["bucket"] = bucket
-    status = cluster.wait_phase(namespace, "Running", timeout=600)
-    assert status["workers"]["desired"] == 2
-    _scrape_the_driver_and_the_operator(cluster, namespace)
+    # Prometheus scrapes the driver from its pod's start: waiting for Running first left only
+    # the few seconds of training to start Prometheus and scrape a commit in, under load.
+    running = _scrape_the_driver_and_the_operator(cluster, namespace)
+    assert running is not None, "the job finished before it was seen Running"
+    assert running["workers"]["desired"] == 2, running
     status = cluster.wait_phase(namespace, "Succeeded", timeout=900)
 
     assert status["progress"]["step"] == epochs - 1

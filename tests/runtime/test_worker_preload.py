@@ -163,11 +163,12 @@ def test_next_worker_group_starts_in_processes_the_last_one_asked_for() -> None:
             with open(f"/proc/{pid}/stat") as f:
                 return int(f.read().rsplit(")", 1)[1].split()[1])
 
-        raylet = []  # the pid of this cluster's raylet, the parent of its worker processes
+        # This cluster's raylet, the parent of its worker processes (other local Ray clusters
+        # on the machine number their first job the same way: only its children count).
+        node = ray._private.worker._global_node
+        raylet = {node.all_processes["raylet"][0].process.pid}
 
-        def idle_of_this_job():
-            # Other local Ray clusters on the machine number their first job the same way:
-            # only this cluster's raylet's children count.
+        def idle_of_this_job(any_job=False):
             pids = []
             for pid in filter(str.isdigit, os.listdir("/proc")):
                 try:
@@ -178,9 +179,16 @@ def test_next_worker_group_starts_in_processes_the_last_one_asked_for() -> None:
                     ours = parent(pid) in raylet
                 except (OSError, ValueError, IndexError):
                     continue
-                if ours and title.startswith(b"ray::IDLE") and f"RAY_JOB_ID={job}".encode() in env:
+                of_job = any_job or f"RAY_JOB_ID={job}".encode() in env
+                if ours and title.startswith(b"ray::IDLE") and of_job:
                     pids.append(int(pid))
             return sorted(pids)
+
+        def wait_for_idle(count, any_job=False):
+            deadline = time.monotonic() + 120
+            while len(idle_of_this_job(any_job)) < count and time.monotonic() < deadline:
+                time.sleep(0.2)
+            return idle_of_this_job(any_job)
 
         def group_counts(prestart):
             group = WorkerGroup(ScalingConfig(num_workers=2))
@@ -188,20 +196,22 @@ def test_next_worker_group_starts_in_processes_the_last_one_asked_for() -> None:
             group.start()
             infos = ray.get([w.actor.node_info.remote() for w in group.workers])
             pids = sorted(info["pid"] for info in infos)
-            raylet[:] = {parent(pid) for pid in pids}
             group.shutdown(prestart_successor=prestart)
             return prestarted_count(infos, requested), pids
 
+        # The raylet prestarts 2 processes (of no job yet): on a loaded machine they may still
+        # be starting, and a group asking now would get processes of its own, leaving Ray's
+        # idle for the groups after it. Wait for them, so the first group takes exactly those.
+        ray_prestarted = wait_for_idle(2, any_job=True)
         group_counts(prestart=True)  # takes Ray's 2 prestarted processes, asks for 2 more
-        deadline = time.monotonic() + 60
-        while len(idle_of_this_job()) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        idle = idle_of_this_job()
+        idle = wait_for_idle(2)
         second, second_pids = group_counts(prestart=False)
         time.sleep(3)
+        idle_before_third = idle_of_this_job()
         third, _ = group_counts(prestart=False)
         print("RESULT", set(second_pids) <= set(idle), second, third)
-        print("PIDS idle", idle, "second group", second_pids)
+        print("PIDS Ray's", ray_prestarted, "idle", idle, "second group", second_pids,
+              "idle before the third", idle_before_third)
         """
     )
     env = {k: v for k, v in os.environ.items() if k != "TRAINJOB_PRESTART_KEEP_ALIVE_S"}
