@@ -91,8 +91,11 @@ class Result:
         ``path``: a local folder or URI, or with ``storage_filesystem`` (a
         ``pyarrow.fs.FileSystem``) a path on it, as in Ray Train. Only checkpoints that verify
         against their commit markers are listed (see :meth:`CheckpointManager.restore`);
-        nothing in the folder is changed. Raises RuntimeError when ``path`` holds no run
-        (``"Experiment folder ... doesn't exist."``, as Ray Train, for a missing folder).
+        nothing in the folder is changed. ``best_checkpoints`` lists every checkpoint the run
+        kept, worst first by its score (the latest included when it is not among the best,
+        unlike ``fit()``'s Result), as Ray Train's does. Raises RuntimeError when ``path``
+        holds no run (``"Experiment folder ... doesn't exist."``, as Ray Train, for a missing
+        folder).
         """
         path, storage_filesystem = split_query_uri(os.fspath(path), storage_filesystem)
         uri = validate_storage_uri(path, "path", filesystem=storage_filesystem)
@@ -120,7 +123,10 @@ class Result:
             metrics=latest.all_metrics if latest else None,
             checkpoint=latest.checkpoint if latest else None,
             path=uri,
-            best_checkpoints=[(r.checkpoint, r.all_metrics) for r in manager.top_k()],
+            # Every kept checkpoint (the latest too, when it is not among the best), worst
+            # first: Ray Train rebuilds its manager with a default CheckpointConfig, which
+            # lists all that its snapshot kept, in the run's score order.
+            best_checkpoints=[(r.checkpoint, r.all_metrics) for r in manager.reported_order()],
             checkpoints=list(manager.records),
             best_checkpoint=best.checkpoint if best else None,
             _storage_filesystem=storage_filesystem,

@@ -145,15 +145,17 @@ def _kept(result: Any) -> list[dict[str, Any]]:
     ]
 
 
-@pytest.mark.parametrize("mode", ["SYNC", "ASYNC"])
 def test_top_k_by_score_keeps_the_same_checkpoints_in_the_same_order(
-    tmp_path: Path, ray_cluster: Any, mode: str
+    tmp_path: Path, ray_cluster: Any
 ) -> None:
-    losses = [0.5, 0.2, 0.9, 0.1, 0.7]
+    """Top 2 by ``loss`` of ten checkpoints reported in both upload modes, taking turns (one
+    run per API: the best two are one of each mode, the ones they push out of both), and
+    ``Result.from_path`` of the run."""
+    losses = [0.5, 0.2, 0.9, 0.1, 0.7, 0.6, 0.05, 0.8, 0.15, 0.3]
     results = _both(
         tmp_path,
         steps_train,
-        {"steps": 5, "losses": losses, "mode": mode},
+        {"steps": len(losses), "losses": losses, "modes": ["SYNC", "ASYNC"]},
         checkpoint_config=(
             "CheckpointConfig",
             (),
@@ -166,24 +168,27 @@ def test_top_k_by_score_keeps_the_same_checkpoints_in_the_same_order(
     )
     ray_result, ours = results["ray.train"], results["trainer_runtime"]
     assert _kept(ours) == _kept(ray_result)
-    assert ours.metrics["step"] == ray_result.metrics["step"] == 4
+    assert [k["saved"] for k in _kept(ray_result)] == [3, 6]  # ASYNC's, then SYNC's
+    assert ours.metrics["step"] == ray_result.metrics["step"] == 9
     assert read_step(ours.checkpoint) == read_step(ray_result.checkpoint)
     best = (ray_result.get_best_checkpoint("loss", "min"), ours.get_best_checkpoint("loss", "min"))
-    assert read_step(best[0]) == read_step(best[1]) == 3
+    assert read_step(best[0]) == read_step(best[1]) == 6
+    # Result.from_path (os.PathLike, as Ray accepts) of the run: the same checkpoints in both.
+    rebuilt = {}
+    for name, result in results.items():
+        train, _ = _modules(name)
+        rebuilt[name] = _kept(train.Result.from_path(Path(result.path)))
+        with pytest.raises(RuntimeError):
+            train.Result.from_path(str(tmp_path / "no-such-run"))
+    assert rebuilt["trainer_runtime"] == rebuilt["ray.train"]
+    # Every checkpoint the run kept, worst first: the latest (step 9) too, which fit() leaves
+    # out of best_checkpoints.
+    assert [k["saved"] for k in rebuilt["ray.train"]] == [9, 3, 6]
 
 
-def test_get_checkpoint_returns_the_latest_reported_checkpoint(
-    tmp_path: Path, ray_cluster: Any
-) -> None:
-    logs = {}
-    for name in APIS:
-        log = tmp_path / f"{name}.log"
-        _fit(name, tmp_path, steps_train, {"steps": 3, "log": str(log)}, trainer="torch")
-        logs[name] = [json.loads(line) for line in log.read_text().splitlines()]
-    assert logs["trainer_runtime"] == logs["ray.train"] == [[None, 0, 1, 2]]
-
-
-def test_resume_after_a_failure_and_max_failures(tmp_path: Path, ray_cluster: Any) -> None:
+def test_resume_after_a_failure_and_get_checkpoint(tmp_path: Path, ray_cluster: Any) -> None:
+    """On the TorchTrainer: ``get_checkpoint()`` is the latest reported checkpoint after each
+    report; a failure within ``max_failures`` restarts the group from the latest one."""
     seen = {}
     for name in APIS:
         log = tmp_path / f"{name}.log"
@@ -193,11 +198,13 @@ def test_resume_after_a_failure_and_max_failures(tmp_path: Path, ray_cluster: An
             tmp_path,
             steps_train,
             {**config, "log": str(log)},
+            trainer="torch",
             failure_config=("FailureConfig", (), {"max_failures": 1}),
         )
         seen[name] = ([json.loads(line) for line in log.read_text().splitlines()], result)
     (ray_log, ray_result), (our_log, ours) = seen["ray.train"], seen["trainer_runtime"]
-    assert our_log == ray_log == [[1, 2, 3]]  # the second attempt resumed from step 1
+    # The first attempt saw none, then each report's; the second resumed from step 1.
+    assert our_log == ray_log == [[None, 0, 1], [1, 2, 3]]
     assert ours.metrics["step"] == ray_result.metrics["step"] == 3
 
 
@@ -229,14 +236,15 @@ def test_validation_without_a_trainer_config_is_the_same_value_error(
         assert "`validation_config` was not set on the trainer" in str(failure)
 
 
-@pytest.mark.parametrize("how", ["default", "task"])
 def test_validation_metrics_join_the_checkpoints_and_rank_them(
-    tmp_path: Path, ray_cluster: Any, how: str
+    tmp_path: Path, ray_cluster: Any
 ) -> None:
+    """``report(validation=True)`` (the trainer's ValidationConfig and its task_config) and
+    ``report(validation=ValidationTaskConfig(...))`` taking turns in one run per API."""
     results = _both(
         tmp_path,
         steps_train,
-        {"steps": 3, "validation": how},
+        {"steps": 4, "validation": "mixed"},
         validation_config=(
             "ValidationConfig",
             (validate,),
@@ -248,7 +256,14 @@ def test_validation_metrics_join_the_checkpoints_and_rank_them(
             {"num_to_keep": 2, "checkpoint_score_attribute": "val_score"},
         ),
     )
-    assert _kept(results["trainer_runtime"]) == _kept(results["ray.train"])
+    kept = _kept(results["ray.train"])
+    assert _kept(results["trainer_runtime"]) == kept
+    # Step 3's task kwargs (offset) merged with the trainer's (scale): 10 * (3 + 3); step 2
+    # by the trainer's alone: 10 * 2, kept over step 1's equal 10 * (1 + 1) as the later.
+    assert kept == [
+        {"step": 2, "val_score": 20.0, "saved": 2},
+        {"step": 3, "val_score": 60.0, "saved": 3},
+    ]
 
 
 def test_multi_rank_shards_merge_into_one_checkpoint(tmp_path: Path, ray_cluster: Any) -> None:
@@ -288,29 +303,6 @@ def test_shared_names_shared_folders_empty_checkpoints_and_the_return_value(
     assert seen["ray.train"]["return_value"] == {"rank": 0, "answer": [42, "x"]}
     assert [step for step, _ in seen["ray.train"]["kept"]] == [0, 1, 2]
     assert seen["ray.train"]["kept"][2] == (2, [])
-
-
-def test_result_from_path_matches_the_result_of_fit(tmp_path: Path, ray_cluster: Any) -> None:
-    rebuilt = {}
-    for name in APIS:
-        train, _ = _modules(name)
-        result = _fit(
-            name,
-            tmp_path,
-            steps_train,
-            {"steps": 3, "losses": [0.3, 0.1, 0.2]},
-            checkpoint_config=train.CheckpointConfig(
-                num_to_keep=2, checkpoint_score_attribute="loss", checkpoint_score_order="min"
-            ),
-        )
-        again = train.Result.from_path(Path(result.path))  # os.PathLike, as Ray accepts
-        assert _kept(again) == _kept(result), name
-        rebuilt[name] = again
-    assert _kept(rebuilt["trainer_runtime"]) == _kept(rebuilt["ray.train"])
-    for name in APIS:
-        train, _ = _modules(name)
-        with pytest.raises(RuntimeError):
-            train.Result.from_path(str(tmp_path / "no-such-run"))
 
 
 def test_elastic_scaling_configs_are_refused_with_ray_trains_sentences() -> None:

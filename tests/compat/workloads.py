@@ -43,11 +43,13 @@ def _save(step: int, rank: int, shards: bool) -> str:
 def steps_train(config: dict[str, Any]) -> None:
     """Report ``steps`` steps with a checkpoint each (rank 0, or every rank with ``shards``).
 
-    ``losses`` gives the ``loss`` metric per step; ``mode`` the upload mode; ``fail_at``
+    ``losses`` gives the ``loss`` metric per step; ``mode`` the upload mode (``modes``: one
+    per step, taking turns); ``validation`` ``"default"``/``"task"`` validates each checkpoint
+    (``"mixed"``: the two take turns, the default on even steps); ``fail_at``
     raises on rank 0 at that step while ``fail_marker`` does not exist yet (creating it, so
     the next attempt passes); ``always_fail`` raises ZeroDivisionError on rank 0 at step 1;
     ``log`` collects what ``get_checkpoint()`` returned on rank 0 at the start and after each
-    report.
+    report (a line per attempt, the failed one's too).
     """
     train = api(config)
     ctx = train.get_context()
@@ -55,13 +57,17 @@ def steps_train(config: dict[str, Any]) -> None:
     start = read_step(train.get_checkpoint())
     seen = [start]
     first = 0 if start is None else start + 1
-    mode = getattr(train.CheckpointUploadMode, config.get("mode", "SYNC"))
+    modes = config.get("modes") or [config.get("mode", "SYNC")]
     for step in range(first, int(config["steps"])):
+        mode = getattr(train.CheckpointUploadMode, modes[step % len(modes)])
         if config.get("always_fail") and step == 1 and rank == 0:
             raise ZeroDivisionError("the user's bug")
         marker = config.get("fail_marker")
         if rank == 0 and step == config.get("fail_at") and marker and not os.path.exists(marker):
             Path(marker).write_text("failed once")
+            if config.get("log"):  # what get_checkpoint() returned until the failure
+                with open(config["log"], "a") as fh:
+                    fh.write(json.dumps(seen) + "\n")
             # Fail only once the checkpoints reported so far are registered (Ray Train's
             # controller takes them in asynchronously: under load a failure could otherwise
             # outrun the registration and the retry would start from scratch).
@@ -75,11 +81,12 @@ def steps_train(config: dict[str, Any]) -> None:
         if "losses" in config:
             metrics["loss"] = config["losses"][step]
         kwargs: dict[str, Any] = {}
-        if config.get("validation") and checkpoint is not None:
+        how = config.get("validation")
+        if how == "mixed":
+            how = "default" if step % 2 == 0 else "task"
+        if how and checkpoint is not None:
             kwargs["validation"] = (
-                train.ValidationTaskConfig(fn_kwargs={"offset": step})
-                if config["validation"] == "task"
-                else True
+                train.ValidationTaskConfig(fn_kwargs={"offset": step}) if how == "task" else True
             )
         train.report(
             metrics,
