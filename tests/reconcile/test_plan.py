@@ -660,6 +660,11 @@ def test_head_and_worker_failures_carry_the_container_termination() -> None:
     plan = plan_reconcile(_job(), {"phase": "Running"}, observed, _desired(), NOW)
     lost = next(e for e in plan.events if e.reason == "WorkerPodLost")
     assert "RuntimeError: boom" in lost.message
+    # The Event names the node the pod ran on (a lost node shows as the same node each time).
+    observed[1].setdefault("spec", {})["nodeName"] = "node-b"
+    plan = plan_reconcile(_job(), {"phase": "Running"}, observed, _desired(), NOW)
+    lost = next(e for e in plan.events if e.reason == "WorkerPodLost")
+    assert lost.message.startswith(f"pod {observed[1]['metadata']['name']} on node node-b failed")
 
 
 # --------------------------------------------------------------------------- keepDriverPod

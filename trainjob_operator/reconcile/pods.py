@@ -137,8 +137,11 @@ def container_termination(pod: dict[str, Any], container: str | None = None) -> 
 
 
 def pod_ended(pod: dict[str, Any], container: str | None = None) -> str:
-    """``pod <name> failed`` plus how its container ended, when the pod status says."""
-    text = f"pod {name_of(pod)} {pod_phase(pod).lower()}"
+    """``pod <name> on node <node> failed`` (the node when the pod was placed on one) plus how
+    its container ended, when the pod status says."""
+    node = node_of(pod)
+    where = f" on node {node}" if node else ""
+    text = f"pod {name_of(pod)}{where} {pod_phase(pod).lower()}"
     term = container_termination(pod, container)
     return f"{text} ({term.describe()})" if term is not None else text
 
