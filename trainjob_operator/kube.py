@@ -427,14 +427,20 @@ class KubeClient:
                 return False
             raise
 
-    def delete(self, kind: str, namespace: str, name: str) -> bool:
-        """Delete (background propagation); False when it was already gone."""
+    def delete(
+        self, kind: str, namespace: str, name: str, grace_seconds: int | None = None
+    ) -> bool:
+        """Delete (background propagation; with ``grace_seconds``, that grace period instead of
+        the object's own); False when it was already gone."""
+        options: dict[str, Any] = {
+            "kind": "DeleteOptions",
+            "apiVersion": "v1",
+            "propagationPolicy": "Background",
+        }
+        if grace_seconds is not None:
+            options["gracePeriodSeconds"] = grace_seconds
         try:
-            self.request(
-                "DELETE",
-                resource_path(kind, namespace, name),
-                {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"},
-            )
+            self.request("DELETE", resource_path(kind, namespace, name), options)
             return True
         except ApiError as exc:
             if exc.status == 404:

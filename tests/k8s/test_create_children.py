@@ -116,3 +116,37 @@ def test_ensure_creates_once_without_reading_the_object_back(
     with pytest.raises(ApiError) as caught:
         kube.ensure(bad, k8s_namespace)
     assert caught.value.status == 422 and "Not_A_Name" in str(caught.value.body)
+
+
+def test_a_delete_with_a_grace_period_overrides_the_pods_own(
+    kube: KubeClient, k8s_namespace: str
+) -> None:
+    """KubeClient.delete's ``grace_seconds`` (a finished job's teardown) reaches the API
+    server: the bound pod is terminating with that grace period, not its own 90 s."""
+
+    def bound_pod(name: str) -> dict:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": k8s_namespace},
+            "spec": {
+                "nodeName": "no-such-node",  # bound: the API server leaves it terminating
+                "terminationGracePeriodSeconds": 90,
+                "containers": [{"name": "main", "image": "busybox"}],
+            },
+        }
+
+    for name in ("short", "own"):
+        kube.ensure(bound_pod(name), k8s_namespace)
+    assert kube.delete("Pod", k8s_namespace, "short", grace_seconds=5)
+    assert kube.delete("Pod", k8s_namespace, "own")
+    graces = {
+        name: (kube.get("Pod", k8s_namespace, name) or {})["metadata"].get(
+            "deletionGracePeriodSeconds"
+        )
+        for name in ("short", "own")
+    }
+    assert graces == {"short": 5, "own": 90}
+    for name in ("short", "own"):  # no kubelet to finish the deletion
+        kube.delete("Pod", k8s_namespace, name, grace_seconds=0)
+    assert kube.get("Pod", k8s_namespace, "short") is None

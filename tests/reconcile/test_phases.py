@@ -324,6 +324,7 @@ class FakeClient:
         self.obj = obj
         self.reject = reject
         self.calls: list[tuple[Any, ...]] = []
+        self.graces: dict[str, int] = {}  # name -> gracePeriodSeconds of its delete
 
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         return self.obj
@@ -341,8 +342,12 @@ class FakeClient:
         self.calls.append(("create", name))
         return True
 
-    def delete(self, kind: str, namespace: str, name: str) -> bool:
+    def delete(
+        self, kind: str, namespace: str, name: str, grace_seconds: int | None = None
+    ) -> bool:
         self.calls.append(("delete", kind, name))
+        if grace_seconds is not None:
+            self.graces[name] = grace_seconds
         return True
 
     def patch(self, kind: str, namespace: str, name: str, body: Any, **kw: Any) -> Any:
@@ -361,15 +366,17 @@ def _trainjob_object(status: dict[str, Any] | None = None) -> dict[str, Any]:
 def test_execute_plan_writes_the_status_once_after_the_children() -> None:
     obj = _trainjob_object()
     plan = plan_reconcile(_job(), {}, [], _desired(), NOW, generation=1)
-    plan.delete.append(("Pod", "tj-old"))
+    plan.delete += [("Pod", "tj-old"), ("Pod", "tj-older")]
+    plan.delete_grace_seconds["tj-older"] = 5
     plan.annotations[LAST_DEMAND_ANNOTATION] = "2026-12-01T12:00:00Z"
     client = FakeClient()
     execute_plan(client, obj, plan, NOW)  # type: ignore[arg-type]
     kinds = [c[0] for c in client.calls]
-    assert kinds == ["delete"] + ["create"] * 4 + ["patch"] * 2 + ["event"]
+    assert kinds == ["delete"] * 2 + ["create"] * 4 + ["patch"] * 2 + ["event"]
+    assert client.graces == {"tj-older": 5}  # the other with its own grace period
     status_patches = [c for c in client.calls if c[0] == "patch" and c[1] == "status"]
     assert len(status_patches) == 1 and status_patches[0][2]["status"]["phase"] == "Starting"
-    assert client.calls[6] == (
+    assert client.calls[7] == (
         "patch",
         None,
         {"metadata": {"annotations": {LAST_DEMAND_ANNOTATION: "2026-12-01T12:00:00Z"}}},

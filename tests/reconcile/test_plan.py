@@ -12,8 +12,12 @@ from trainjob_operator.api import TrainJob, TrainJobStatus, parse_trainjob
 from trainjob_operator.constants import LAST_DEMAND_ANNOTATION
 from trainjob_operator.reconcile.failure_rules import keep_driver_pod
 from trainjob_operator.reconcile.plan import Plan
-from trainjob_operator.reconcile.pods import TERMINATION_MESSAGE_LIMIT, container_termination
-from trainjob_operator.reconcile.state_machine import plan_reconcile
+from trainjob_operator.reconcile.pods import (
+    TERMINATION_MESSAGE_LIMIT,
+    container_termination,
+    name_of,
+)
+from trainjob_operator.reconcile.state_machine import FINISHED_POD_GRACE_SECONDS, plan_reconcile
 from trainjob_operator.reconcile.validation_pool import (
     validation_replicas,
     validation_scale_down_in,
@@ -697,6 +701,22 @@ def test_keep_driver_pod_policy(policy: str, phase: str, keep: bool) -> None:
     # Later reconciles of the finished job agree.
     again = plan_reconcile(job, plan.status, observed, [], NOW)
     assert ("tj-driver" not in {n for _, n in again.delete}) is keep
+
+
+def test_a_finished_jobs_pods_get_a_short_grace_period_a_suspended_jobs_their_own() -> None:
+    """Nothing is left to save once a job finished: its head and workers go in
+    FINISHED_POD_GRACE_SECONDS instead of draining for their whole grace period. A suspended
+    job's driver keeps its own, to commit a last checkpoint."""
+    job = _job(keepDriverPod="Never")
+    observed = _running()
+    observed[-1]["status"]["phase"] = "Succeeded"
+    plan = plan_reconcile(job, {"phase": "Running"}, observed, _desired(), NOW)
+    assert plan.status["phase"] == "Succeeded"
+    deleted = {n for _, n in plan.delete}
+    assert deleted == {name_of(p) for p in observed}, plan.delete
+    assert plan.delete_grace_seconds == dict.fromkeys(deleted, FINISHED_POD_GRACE_SECONDS)
+    suspended = plan_reconcile(_job(suspend=True), {"phase": "Running"}, _running(), [], NOW)
+    assert suspended.delete and not suspended.delete_grace_seconds
 
 
 def test_keep_driver_pod_defaults_to_always() -> None:

@@ -203,7 +203,7 @@ def execute_plan(client: KubeClient, obj: dict[str, Any], plan: Plan, now: dt.da
     meta = obj["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     for kind, child in plan.delete:
-        client.delete(kind, namespace, child)
+        client.delete(kind, namespace, child, grace_seconds=plan.delete_grace_seconds.get(child))
     rejected = create_children(client, namespace, plan.create)
     if rejected is not None:
         # Invalid: the plan fails the job (once; the next reconcile, phase Failed, deletes

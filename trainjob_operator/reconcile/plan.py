@@ -93,6 +93,9 @@ class Plan:
     observed_status: dict[str, Any] = field(default_factory=dict)
     create: list[dict[str, Any]] = field(default_factory=list)
     delete: list[tuple[str, str]] = field(default_factory=list)  # (kind, name)
+    #: children of :attr:`delete` deleted with this ``gracePeriodSeconds`` instead of their
+    #: own (``terminationGracePeriodSeconds``): the pods of a finished job, name -> seconds.
+    delete_grace_seconds: dict[str, int] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     #: merged into the TrainJob's ``metadata.annotations`` (empty: no annotation patch).
     annotations: dict[str, str] = field(default_factory=dict)

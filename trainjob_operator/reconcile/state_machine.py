@@ -211,14 +211,27 @@ class Reconcile:
         """Set one condition of the working status."""
         self.status.set_condition(type_, true, reason, message, self.generation, self.now)
 
-    def delete_pods(self, keep_driver: bool) -> None:
-        """Delete the job's pods (those not already terminating), optionally not the driver."""
+    def delete_pods(self, keep_driver: bool, grace_seconds: int | None = None) -> None:
+        """Delete the job's pods (those not already terminating), optionally not the driver;
+        with ``grace_seconds``, that grace period instead of each pod's own."""
         for pod in self.pods:
             if keep_driver and role_of(pod) == "driver":
                 continue
             if terminating(pod):
                 continue
             self.plan.delete.append(("Pod", name_of(pod)))
+            if grace_seconds is not None:
+                self.plan.delete_grace_seconds[name_of(pod)] = grace_seconds
+
+    def tear_down_finished(self) -> None:
+        """Delete a finished job's pods (the driver's kept per ``spec.keepDriverPod``), each
+        with :data:`FINISHED_POD_GRACE_SECONDS` to stop in: the run is over and nothing is
+        left to save, and with their own grace period the workers' drains wait the whole of
+        it for a head that is going too, holding their nodes (accelerators) that long."""
+        self.delete_pods(
+            keep_driver=keep_driver_pod(self.job.spec.keep_driver_pod, self.phase),
+            grace_seconds=FINISHED_POD_GRACE_SECONDS,
+        )
 
     def fail(self, reason: str, message: str) -> bool:
         """Fail the job now and tear its pods down (the driver per ``spec.keepDriverPod``)."""
@@ -338,6 +351,10 @@ def as_disruption_target(pod: dict[str, Any]) -> dict[str, Any]:
     return {**pod, "status": status}
 
 
+#: The grace period of a finished job's pods when its cluster is torn down.
+FINISHED_POD_GRACE_SECONDS = 5
+
+
 # --------------------------------------------------------------------------- the steps
 
 
@@ -350,9 +367,10 @@ def check_created_if_needed(r: Reconcile) -> Done:
 
 
 def check_teardown_if_needed(r: Reconcile) -> Done:
-    """A finished job's cluster is torn down (the driver's pod kept for its logs per
-    ``spec.keepDriverPod``); its dashboard is gone with its head."""
-    r.delete_pods(keep_driver=keep_driver_pod(r.job.spec.keep_driver_pod, r.phase))
+    """A finished job's cluster is torn down: the driver's pod kept for its logs per
+    ``spec.keepDriverPod``, the others given a few seconds to stop
+    (:meth:`Reconcile.tear_down_finished`); its dashboard is gone with its head."""
+    r.tear_down_finished()
     if r.status.dashboard is not None:
         r.status.dashboard = None  # no head to reach
     return False
@@ -428,7 +446,7 @@ def check_driver_succeeded_if_needed(r: Reconcile) -> Done:
                 ConditionType.SUCCEEDED, True, Reason.DRIVER_SUCCEEDED, "training finished"
             )
             r.set_condition(ConditionType.RUNNING, False, Reason.SUCCEEDED, "training finished")
-            r.delete_pods(keep_driver=keep_driver_pod(r.job.spec.keep_driver_pod, Phase.SUCCEEDED))
+            r.tear_down_finished()
             return True
     return False
 
