@@ -266,30 +266,18 @@ def test_validation_metrics_join_the_checkpoints_and_rank_them(
     ]
 
 
-def test_multi_rank_shards_merge_into_one_checkpoint(tmp_path: Path, ray_cluster: Any) -> None:
-    files = {}
-    for name in APIS:
-        result = _fit(name, tmp_path, steps_train, {"steps": 2, "shards": True})
-        with result.checkpoint.as_directory() as folder:
-            files[name] = sorted(
-                (p.name, p.read_text())
-                for p in Path(folder).iterdir()
-                if not p.name.startswith(".")
-            )
-    assert files["trainer_runtime"] == files["ray.train"]
-    assert ("shard_1.txt", "1:1") in files["ray.train"]
-
-
 def test_shared_names_shared_folders_empty_checkpoints_and_the_return_value(
     tmp_path: Path, ray_cluster: Any
 ) -> None:
-    """Ranks storing one file name (identical content) into a checkpoint, ranks reporting one
-    local folder holding every rank's shard, an empty checkpoint folder, and
-    ``Result.return_value`` (rank 0's)."""
+    """Every rank's shard merged into one checkpoint under a ``checkpoint_dir_name``, ranks
+    storing one file name (identical content) into it, ranks reporting one local folder
+    holding every rank's shard, an empty checkpoint folder, and ``Result.return_value``
+    (rank 0's)."""
     seen = {}
     for name in APIS:
         result = _fit(name, tmp_path, shared_names_train, {"shared": str(tmp_path / f"{name}-sh")})
         kept = []
+        first_folder = None  # the step-0 checkpoint's folder name
         for checkpoint, metrics in result.best_checkpoints:
             with checkpoint.as_directory() as folder:
                 files = sorted(
@@ -298,10 +286,15 @@ def test_shared_names_shared_folders_empty_checkpoints_and_the_return_value(
                     if not p.name.startswith(".")
                 )
             kept.append((metrics["step"], files))
-        seen[name] = {"kept": kept, "return_value": result.return_value}
+            if metrics["step"] == 0:
+                first_folder = Path(checkpoint.path).name
+        seen[name] = {"kept": kept, "return_value": result.return_value, "named": first_folder}
     assert seen["trainer_runtime"] == seen["ray.train"]
     assert seen["ray.train"]["return_value"] == {"rank": 0, "answer": [42, "x"]}
     assert [step for step, _ in seen["ray.train"]["kept"]] == [0, 1, 2]
+    shards = [("checkpoint.pkl", "the same on every ra"), ("shard_0.txt", "0:0")]
+    assert seen["ray.train"]["kept"][0] == (0, [*shards, ("shard_1.txt", "0:1")])
+    assert seen["ray.train"]["named"] == "ckpt_shards"
     assert seen["ray.train"]["kept"][2] == (2, [])
 
 

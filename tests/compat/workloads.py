@@ -351,7 +351,8 @@ def data_train(config: dict[str, Any]) -> None:
 
 def shared_names_train(config: dict[str, Any]) -> dict[str, Any]:
     """Checkpoint shapes of Ray Train's own tests, then a return value: every rank writes its
-    shard and an identical ``checkpoint.pkl`` into its own folder; every rank writes its shard
+    shard and an identical ``checkpoint.pkl`` into its own folder, reported under one
+    ``checkpoint_dir_name`` (the shards merge into it); every rank writes its shard
     into one folder of this machine (``config["shared"]``) and reports it; every rank reports
     an empty folder. Returns a value naming the rank (``Result.return_value``: rank 0's)."""
     train = api(config)
@@ -359,7 +360,11 @@ def shared_names_train(config: dict[str, Any]) -> dict[str, Any]:
     own = Path(tempfile.mkdtemp(prefix="compat_"))
     (own / f"shard_{rank}.txt").write_text(f"0:{rank}")
     (own / "checkpoint.pkl").write_bytes(b"the same on every rank" * 50)
-    train.report({"step": 0}, checkpoint=train.Checkpoint.from_directory(str(own)))
+    train.report(
+        {"step": 0},
+        checkpoint=train.Checkpoint.from_directory(str(own)),
+        checkpoint_dir_name="ckpt_shards",
+    )
     shared = Path(config["shared"])
     shared.mkdir(parents=True, exist_ok=True)
     aside = own.parent / f"{own.name}.shard_{rank}.txt"  # renamed in whole (see faults/)
