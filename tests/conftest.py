@@ -38,6 +38,13 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 )
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+# Ray's state API (which ray.train's PlacementGroupCleaner calls in every fit to see whether
+# its controller still lives) finds its cluster by RAY_API_SERVER_ADDRESS, else RAY_ADDRESS,
+# else the newest Ray cluster of the machine: with tests' clusters side by side, that can be
+# another one, whose dashboard answers that the controller does not exist; the cleaner then
+# removes the placement group of the fit in progress. Here no Ray process of a test reaches a
+# state API (the test clusters run no dashboard): the cleaner only logs that it cannot ask.
+os.environ.setdefault("RAY_API_SERVER_ADDRESS", "http://127.0.0.1:9")
 
 
 MARKER_OF_FIXTURE = {

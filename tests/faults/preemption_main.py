@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -255,20 +256,39 @@ def scenario_main(run: Callable[..., dict[str, Any]]) -> None:
     os._exit(0)  # a fit() thread still running must not keep the process alive
 
 
+#: How long a scenario process may run: under pytest-timeout's 600 s, so that a scenario that
+#: hangs fails with its own output, and its Ray cluster is stopped with it.
+SCENARIO_TIMEOUT_S = 480
+
+
 def run_scenario(module: str, workdir: Path, *args: str) -> dict[str, Any]:
     """Run ``python -m <module> WORKDIR ARGS...`` (a scenario with a Ray cluster of its own:
-    one process can drive one cluster only) and return the JSON of its ``RESULT`` line."""
+    one process can drive one cluster only) and return the JSON of its ``RESULT`` line. One
+    running past :data:`SCENARIO_TIMEOUT_S` is killed with its process group (its Ray
+    cluster's processes) and fails with what it printed."""
     repo = Path(__file__).resolve().parents[2]
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         [sys.executable, "-m", module, str(workdir), *args],
         cwd=repo,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=900,
+        start_new_session=True,
     )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    try:
+        stdout, stderr = proc.communicate(timeout=SCENARIO_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        raise AssertionError(
+            f"{module} {' '.join(args)} still ran after {SCENARIO_TIMEOUT_S} s: "
+            + stdout[-4000:]
+            + stderr[-6000:]
+        ) from None
+    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
-        raise AssertionError(proc.stdout[-4000:] + proc.stderr[-4000:])
+        raise AssertionError(stdout[-4000:] + stderr[-4000:])
     return dict(json.loads(lines[-1].removeprefix("RESULT ")))
 
 

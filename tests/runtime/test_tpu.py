@@ -24,6 +24,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -289,25 +290,33 @@ class FakeTpuCluster:
         return next(name for name, nodes in self.slices.items() if node_id in nodes)
 
 
-def _start_fake_host(address: str, resources: dict[str, float], env: dict[str, str]) -> Any:
+def _start_fake_host(
+    address: str, resources: dict[str, float], env: dict[str, str], log: Path
+) -> Any:
     ray_bin = Path(sys.executable).with_name("ray")
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("TPU_", "MEGASCALE_"))}
-    return subprocess.Popen(
-        [
-            str(ray_bin),
-            "start",
-            f"--address={address}",
-            "--num-cpus=0",  # TPU workers ask for no CPU; other tests' tasks stay away
-            f"--resources={json.dumps(resources)}",
-            "--block",
-            "--disable-usage-stats",
-            *own_ray_port_flags(),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        env={**clean, **env},
-    )
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [
+                str(ray_bin),
+                "start",
+                f"--address={address}",
+                "--num-cpus=0",  # TPU workers ask for no CPU; other tests' tasks stay away
+                f"--resources={json.dumps(resources)}",
+                "--block",
+                "--disable-usage-stats",
+                *own_ray_port_flags(),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**clean, **env},
+        )
+
+
+FAKE_HOST_STARTS = 3
+"""How many times a fake TPU host that exits before joining is started (each time with new
+ports) before the fixture gives up, showing its output."""
 
 
 def _fake_hosts() -> list[tuple[dict[str, float], dict[str, str]]]:
@@ -353,12 +362,6 @@ def fake_tpu_cluster(ray_cluster: Any) -> Iterator[FakeTpuCluster]:
             out[name] = [n["NodeID"] for n in heads + [n for n in nodes if n not in heads]]
         return out
 
-    def all_joined() -> bool:
-        exited = [p.args for p in procs if p.poll() is not None]
-        if exited:
-            raise RuntimeError(f"fake TPU hosts exited before joining the cluster: {exited}")
-        return [len(v) for v in members().values()] == [4, 4, 1]
-
     sockets = Path(ray._private.worker.global_worker.node.get_session_dir_path(), "sockets")
 
     def node_sockets() -> tuple[int, int]:
@@ -368,22 +371,54 @@ def fake_tpu_cluster(ray_cluster: Any) -> Iterator[FakeTpuCluster]:
             n.startswith("plasma_store") for n in names
         )
 
+    hosts = _fake_hosts()
+    logs = Path(tempfile.mkdtemp(prefix="fake-tpu-hosts-"))
     procs: list[Any] = []
-    try:
-        for resources, env in _fake_hosts():
-            raylets, stores = node_sockets()
-            procs.append(_start_fake_host(address, resources, env))
+    starts = [0] * len(hosts)
 
-            def made_its_sockets(raylets: int = raylets, stores: int = stores) -> bool:
+    def start(index: int) -> None:
+        """Start host ``index`` and wait until it made its sockets; one that exits first (a
+        port another process took between our pick and its bind, on a busy machine) is
+        started again, with new ports, up to :data:`FAKE_HOST_STARTS` times."""
+        while True:
+            starts[index] += 1
+            log = logs / f"host-{index}-start-{starts[index]}.log"
+            raylets, stores = node_sockets()
+            proc = _start_fake_host(address, *hosts[index], log)
+            if index < len(procs):
+                procs[index] = proc
+            else:
+                procs.append(proc)
+
+            def made_its_sockets_or_exited(
+                proc: Any = proc, raylets: int = raylets, stores: int = stores
+            ) -> bool:
                 now = node_sockets()
-                return all_joined() or (now[0] > raylets and now[1] > stores)
+                return proc.poll() is not None or (now[0] > raylets and now[1] > stores)
 
             wait_for(
-                f"fake TPU host {resources} made its sockets",
-                made_its_sockets,
+                f"fake TPU host {hosts[index][0]} made its sockets",
+                made_its_sockets_or_exited,
                 timeout=120,
                 every=0.1,
             )
+            if proc.poll() is None:
+                return
+            if starts[index] >= FAKE_HOST_STARTS:
+                raise RuntimeError(
+                    f"fake TPU host {index} exited before joining, {starts[index]} times; its "
+                    f"output: {log.read_text(errors='replace')[-3000:]}"
+                )
+
+    def all_joined() -> bool:
+        for index, proc in enumerate(procs):
+            if proc.poll() is not None:
+                start(index)
+        return [len(v) for v in members().values()] == [4, 4, 1]
+
+    try:
+        for index in range(len(hosts)):
+            start(index)
         wait_for("the nine fake TPU hosts joined", all_joined, timeout=180, every=0.5)
         found = members()
         assert [len(v) for v in found.values()] == [4, 4, 1], found
