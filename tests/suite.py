@@ -175,10 +175,11 @@ def _counts(junit: Path) -> tuple[int, int, int, int]:
 
 def failure_lines(junit: Path, limit: int = 600) -> list[str]:
     """One line per failed or erroring test of pytest's JUnit XML: its id and the start of its
-    message (the assertion, the exception), so the end of a long log still says what failed."""
+    message (the assertion, the exception), so the end of a long log still says what failed.
+    Tests failing with the same message (a module fixture's error) share one line."""
     if not junit.is_file():
         return []
-    lines = []
+    seen: dict[tuple[str, str], list[str]] = {}
     for case in ET.parse(junit).getroot().iter("testcase"):
         for outcome in ("failure", "error"):
             element = case.find(outcome)
@@ -188,7 +189,11 @@ def failure_lines(junit: Path, limit: int = 600) -> list[str]:
             if len(message) > limit:
                 message = message[:limit] + " [...]"
             test = f"{case.get('file') or case.get('classname')}::{case.get('name')}"
-            lines.append(f"{test} ({outcome}): {message}")
+            seen.setdefault((outcome, message), []).append(test)
+    lines = []
+    for (outcome, message), tests in seen.items():
+        more = f" and {len(tests) - 1} more" if len(tests) > 1 else ""
+        lines.append(f"{tests[0]}{more} ({outcome}): {message}")
     return lines
 
 
