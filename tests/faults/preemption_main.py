@@ -210,17 +210,38 @@ def resumed_metrics(storage: Path) -> dict[str, Any]:
     return last.metrics
 
 
+#: How many times a scenario's Ray cluster is started when its head times out starting.
+CLUSTER_STARTS = 3
+
+
+def _new_cluster() -> Any:
+    """A ``ray.cluster_utils.Cluster`` with a head without CPUs, started again when Ray gave up
+    on the head's start: it waits a fixed 30 s for the raylet to register, which a loaded
+    machine can pass (``The current node timed out during startup``). What a failed start
+    left behind (its own GCS) goes with the scenario's process group (:func:`run_scenario`).
+    Worker nodes are not retried: one that registered late would join as an extra node."""
+    from ray.cluster_utils import Cluster
+
+    for attempt in range(1, CLUSTER_STARTS + 1):
+        try:
+            return Cluster(
+                initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False}
+            )
+        except Exception as exc:  # Ray raises a bare Exception for it
+            if "timed out during startup" not in str(exc) or attempt == CLUSTER_STARTS:
+                raise
+            print(f"Ray's head timed out starting (attempt {attempt}); again", file=sys.stderr)
+    raise AssertionError("unreachable")
+
+
 @contextlib.contextmanager
 def spare_node_cluster() -> Iterator[tuple[Any, list[Any]]]:
     """A Ray cluster of this process's own (``ray.cluster_utils.Cluster``): a head without
     CPUs and three one-CPU nodes, two for a job's workers and one spare; this process is its
     driver. Yields the cluster and its three nodes; shut down on exit."""
     import ray
-    from ray.cluster_utils import Cluster
 
-    cluster = Cluster(
-        initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False}
-    )
+    cluster = _new_cluster()
     try:
         nodes = [cluster.add_node(num_cpus=1) for _ in range(3)]
         ray.init(address=cluster.address)
@@ -286,6 +307,9 @@ def run_scenario(module: str, workdir: Path, *args: str) -> dict[str, Any]:
             + stdout[-4000:]
             + stderr[-6000:]
         ) from None
+    finally:  # whatever of its Ray processes outlived it (a node whose start failed)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
     lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         raise AssertionError(stdout[-4000:] + stderr[-4000:])
