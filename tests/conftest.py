@@ -42,8 +42,9 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 # its controller still lives) finds its cluster by RAY_API_SERVER_ADDRESS, else RAY_ADDRESS,
 # else the newest Ray cluster of the machine: with tests' clusters side by side, that can be
 # another one, whose dashboard answers that the controller does not exist; the cleaner then
-# removes the placement group of the fit in progress. Here no Ray process of a test reaches a
-# state API (the test clusters run no dashboard): the cleaner only logs that it cannot ask.
+# removes the placement group of the fit in progress. With a closed port here, no Ray process
+# of a test reaches any cluster's state API: the cleaner only logs that it cannot ask, as it
+# does on its own cluster when that runs no dashboard (the test fixtures' clusters).
 os.environ.setdefault("RAY_API_SERVER_ADDRESS", "http://127.0.0.1:9")
 
 
