@@ -136,12 +136,16 @@ def container_termination(pod: dict[str, Any], container: str | None = None) -> 
     return None
 
 
-def pod_ended(pod: dict[str, Any], container: str | None = None) -> str:
-    """``pod <name> on node <node> failed`` (the node when the pod was placed on one) plus how
-    its container ended, when the pod status says."""
+def pod_and_node(pod: dict[str, Any]) -> str:
+    """``pod <name> on node <node>``, or ``pod <name>`` before it was placed on a node."""
     node = node_of(pod)
-    where = f" on node {node}" if node else ""
-    text = f"pod {name_of(pod)}{where} {pod_phase(pod).lower()}"
+    return f"pod {name_of(pod)}" + (f" on node {node}" if node else "")
+
+
+def pod_ended(pod: dict[str, Any], container: str | None = None) -> str:
+    """``pod <name> on node <node> failed`` (:func:`pod_and_node`) plus how its container
+    ended, when the pod status says."""
+    text = f"{pod_and_node(pod)} {pod_phase(pod).lower()}"
     term = container_termination(pod, container)
     return f"{text} ({term.describe()})" if term is not None else text
 
@@ -187,8 +191,7 @@ def disruption_cause(pod: dict[str, Any]) -> str | None:
     Whether the deletion is the operator's own is not a fact of the pod: the planner
     decides."""
     status = pod.get("status") or {}
-    node = node_of(pod)
-    where = f"pod {name_of(pod)}" + (f" on node {node}" if node else "")
+    where = pod_and_node(pod)
     for condition in status.get("conditions") or []:
         if condition.get("type") == DISRUPTION_TARGET and condition.get("status") == "True":
             detail = " ".join(
