@@ -296,11 +296,15 @@ def run_scenario(module: str, workdir: Path, *args: str) -> dict[str, Any]:
         text=True,
         start_new_session=True,
     )
+
+    def kill_group() -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
     try:
         stdout, stderr = proc.communicate(timeout=SCENARIO_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        kill_group()
         stdout, stderr = proc.communicate()
         raise AssertionError(
             f"{module} {' '.join(args)} still ran after {SCENARIO_TIMEOUT_S} s: "
@@ -308,8 +312,7 @@ def run_scenario(module: str, workdir: Path, *args: str) -> dict[str, Any]:
             + stderr[-6000:]
         ) from None
     finally:  # whatever of its Ray processes outlived it (a node whose start failed)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        kill_group()
     lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         raise AssertionError(stdout[-4000:] + stderr[-4000:])

@@ -373,7 +373,7 @@ def fake_tpu_cluster(ray_cluster: Any) -> Iterator[FakeTpuCluster]:
 
     hosts = _fake_hosts()
     logs = Path(tempfile.mkdtemp(prefix="fake-tpu-hosts-"))
-    procs: list[Any] = []
+    procs: dict[int, Any] = {}  # host index -> its latest process
     starts = [0] * len(hosts)
 
     def start(index: int) -> None:
@@ -384,11 +384,7 @@ def fake_tpu_cluster(ray_cluster: Any) -> Iterator[FakeTpuCluster]:
             starts[index] += 1
             log = logs / f"host-{index}-start-{starts[index]}.log"
             raylets, stores = node_sockets()
-            proc = _start_fake_host(address, *hosts[index], log)
-            if index < len(procs):
-                procs[index] = proc
-            else:
-                procs.append(proc)
+            proc = procs[index] = _start_fake_host(address, *hosts[index], log)
 
             def made_its_sockets_or_exited(
                 proc: Any = proc, raylets: int = raylets, stores: int = stores
@@ -411,7 +407,7 @@ def fake_tpu_cluster(ray_cluster: Any) -> Iterator[FakeTpuCluster]:
                 )
 
     def all_joined() -> bool:
-        for index, proc in enumerate(procs):
+        for index, proc in list(procs.items()):
             if proc.poll() is not None:
                 start(index)
         return [len(v) for v in members().values()] == [4, 4, 1]
@@ -424,10 +420,10 @@ def fake_tpu_cluster(ray_cluster: Any) -> Iterator[FakeTpuCluster]:
         assert [len(v) for v in found.values()] == [4, 4, 1], found
         yield FakeTpuCluster(found)
     finally:
-        for proc in procs:
+        for proc in procs.values():
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
-        for proc in procs:
+        for proc in procs.values():
             try:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
