@@ -66,8 +66,7 @@ def steps_train(config: dict[str, Any]) -> None:
         if rank == 0 and step == config.get("fail_at") and marker and not os.path.exists(marker):
             Path(marker).write_text("failed once")
             if config.get("log"):  # what get_checkpoint() returned until the failure
-                with open(config["log"], "a") as fh:
-                    fh.write(json.dumps(seen) + "\n")
+                _step_log(config, seen)
             # Fail only once the checkpoints reported so far are registered (Ray Train's
             # controller takes them in asynchronously: under load a failure could otherwise
             # outrun the registration and the retry would start from scratch).
@@ -99,8 +98,7 @@ def steps_train(config: dict[str, Any]) -> None:
         if rank == 0:  # other ranks' shards may still be on their way
             seen.append(read_step(latest))
     if config.get("log") and rank == 0:
-        with open(config["log"], "a") as fh:
-            fh.write(json.dumps(seen) + "\n")
+        _step_log(config, seen)
 
 
 def validate(checkpoint: Any, offset: int = 0, scale: float = 1.0) -> dict[str, Any]:
