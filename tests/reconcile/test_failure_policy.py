@@ -256,6 +256,9 @@ def test_a_disrupted_driver_restarts_without_using_the_budget_or_waiting() -> No
     assert "not counted against maxRestarts=0" in status["message"]
     assert "disrupted: default rule 1" in status["message"]
     assert status["restartHistory"][0]["counted"] is False
+    # The driver ended: its pod, the head and the workers have nothing left to save and stop
+    # within seconds, not their grace period.
+    assert sorted(plan.delete_grace_seconds) == ["tj-driver", "tj-head", "tj-w0", "tj-w1"]
     # The next attempt starts at once, and a real failure then still has its budget of 0.
     started = plan_reconcile(job, status, [], _desired(1), NOW)
     assert len(started.create) == 4

@@ -17,7 +17,7 @@ from trainjob_operator.reconcile.pods import (
     container_termination,
     name_of,
 )
-from trainjob_operator.reconcile.state_machine import FINISHED_POD_GRACE_SECONDS, plan_reconcile
+from trainjob_operator.reconcile.state_machine import NOTHING_TO_SAVE_GRACE_SECONDS, plan_reconcile
 from trainjob_operator.reconcile.validation_pool import (
     validation_replicas,
     validation_scale_down_in,
@@ -172,12 +172,15 @@ def test_driver_failure_restarts_the_whole_cluster_until_max_restarts() -> None:
 
 
 def test_pods_of_an_earlier_attempt_are_deleted_the_driver_first() -> None:
-    """While the old attempt's head is up, its running driver goes first (its SIGTERM lets
-    it commit what it can and exit 3); the head and workers once it ended, or at once when
-    the head is already gone or going (nothing more can be committed)."""
+    """While the old attempt's head is up, its running driver goes first, with its own grace
+    period (its SIGTERM lets it commit what it can and exit 3); the head and workers once it
+    ended, or at once when the head is already gone or going: then nothing more can be
+    committed, and each gets NOTHING_TO_SAVE_GRACE_SECONDS instead of its own grace period
+    (a worker's drain would wait all of it, and the next attempt's pods wait for them)."""
     restarting = {"phase": "Restarting", "restarts": 1}
     plan = plan_reconcile(_job(), restarting, _running(0), _desired(1), NOW)
     assert [n for _, n in plan.delete] == ["tj-driver"] and plan.create == []
+    assert plan.delete_grace_seconds == {}
     assert plan.requeue_after == 1.0
     ending = _running(0)
     ending[-1]["metadata"]["deletionTimestamp"] = "2026-12-01T11:59:59Z"
@@ -185,14 +188,20 @@ def test_pods_of_an_earlier_attempt_are_deleted_the_driver_first() -> None:
     assert plan.delete == []  # the driver is still committing
     ending[-1]["status"]["phase"] = "Failed"
     plan = plan_reconcile(_job(), restarting, ending, _desired(1), NOW)
-    assert sorted(n for _, n in plan.delete) == ["tj-head", "tj-w0", "tj-w1"]
+    nothing_to_save = ["tj-head", "tj-w0", "tj-w1"]
+    assert sorted(n for _, n in plan.delete) == nothing_to_save
+    assert plan.delete_grace_seconds == dict.fromkeys(
+        nothing_to_save, NOTHING_TO_SAVE_GRACE_SECONDS
+    )
     without_driver = _running(0)[:-1]
     plan = plan_reconcile(_job(), restarting, without_driver, _desired(1), NOW)
-    assert sorted(n for _, n in plan.delete) == ["tj-head", "tj-w0", "tj-w1"]
+    assert sorted(n for _, n in plan.delete) == nothing_to_save
+    assert set(plan.delete_grace_seconds) == set(nothing_to_save)
     head_going = _running(0)
     head_going[0]["metadata"]["deletionTimestamp"] = "2026-12-01T11:59:59Z"
     plan = plan_reconcile(_job(), restarting, head_going, _desired(1), NOW)
     assert sorted(n for _, n in plan.delete) == ["tj-driver", "tj-w0", "tj-w1"]
+    assert set(plan.delete_grace_seconds) == {"tj-driver", "tj-w0", "tj-w1"}
 
 
 def test_suspend_tears_down_and_resume_recreates() -> None:
@@ -705,7 +714,7 @@ def test_keep_driver_pod_policy(policy: str, phase: str, keep: bool) -> None:
 
 def test_a_finished_jobs_pods_get_a_short_grace_period_a_suspended_jobs_their_own() -> None:
     """Nothing is left to save once a job finished: its head and workers go in
-    FINISHED_POD_GRACE_SECONDS instead of draining for their whole grace period. A suspended
+    NOTHING_TO_SAVE_GRACE_SECONDS instead of draining for their whole grace period. A suspended
     job's driver keeps its own, to commit a last checkpoint."""
     job = _job(keepDriverPod="Never")
     observed = _running()
@@ -714,7 +723,7 @@ def test_a_finished_jobs_pods_get_a_short_grace_period_a_suspended_jobs_their_ow
     assert plan.status["phase"] == "Succeeded"
     deleted = {n for _, n in plan.delete}
     assert deleted == {name_of(p) for p in observed}, plan.delete
-    assert plan.delete_grace_seconds == dict.fromkeys(deleted, FINISHED_POD_GRACE_SECONDS)
+    assert plan.delete_grace_seconds == dict.fromkeys(deleted, NOTHING_TO_SAVE_GRACE_SECONDS)
     suspended = plan_reconcile(_job(suspend=True), {"phase": "Running"}, _running(), [], NOW)
     assert suspended.delete and not suspended.delete_grace_seconds
 

@@ -225,12 +225,12 @@ class Reconcile:
 
     def tear_down_finished(self) -> None:
         """Delete a finished job's pods (the driver's kept per ``spec.keepDriverPod``), each
-        with :data:`FINISHED_POD_GRACE_SECONDS` to stop in: the run is over and nothing is
+        with :data:`NOTHING_TO_SAVE_GRACE_SECONDS` to stop in: the run is over and nothing is
         left to save, and with their own grace period the workers' drains wait the whole of
         it for a head that is going too, holding their nodes (accelerators) that long."""
         self.delete_pods(
             keep_driver=keep_driver_pod(self.job.spec.keep_driver_pod, self.phase),
-            grace_seconds=FINISHED_POD_GRACE_SECONDS,
+            grace_seconds=NOTHING_TO_SAVE_GRACE_SECONDS,
         )
 
     def fail(self, reason: str, message: str) -> bool:
@@ -288,10 +288,17 @@ class Reconcile:
     def delete_pods_driver_first(self, pods: list[dict[str, Any]]) -> None:
         """Delete ``pods`` (those not already terminating) for a restart, the driver first
         while the Ray head is up (:func:`pods_to_delete_now`): the driver's SIGTERM lets it
-        commit what it can and exit; the head and the workers go once it ended (a later
-        reconcile, :func:`check_stale_pods_if_needed`)."""
+        commit what it can and exit, within its own grace period; the head and the workers go
+        once it ended (a later reconcile, :func:`check_stale_pods_if_needed`). Once no last
+        commit is possible (:func:`last_commit_possible`), each pod gets
+        :data:`NOTHING_TO_SAVE_GRACE_SECONDS` instead of its own grace period: a worker's
+        drain would otherwise wait all of it for a run that is over, and the next attempt's
+        pods (of the same names) wait for them."""
+        grace = None if last_commit_possible(pods) else NOTHING_TO_SAVE_GRACE_SECONDS
         for pod in pods_to_delete_now(pods):
             self.plan.delete.append(("Pod", name_of(pod)))
+            if grace is not None:
+                self.plan.delete_grace_seconds[name_of(pod)] = grace
 
     def pod_failed(self, pod: dict[str, Any], reason: str, message: str) -> bool:
         """A head or driver pod failed or was disrupted: ``failure.rules`` and the defaults
@@ -322,20 +329,27 @@ class Reconcile:
         return ("Pod", name) in self.plan.delete
 
 
-def pods_to_delete_now(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Which of a restarted attempt's ``pods`` to delete now (those not already
-    terminating): only the driver while it still runs next to a Ray head that is up (not
-    ended, not terminating, not disrupted), so that its SIGTERM lets it commit the
-    checkpoint round in flight (or the one the train function saves on the notice) and exit
-    3 before Ray goes away, within its grace period; every pod otherwise (the head is gone
-    or going: nothing more can be committed, so nothing waits for the driver)."""
-    live = [p for p in pods if not terminating(p)]
+def last_commit_possible(pods: list[dict[str, Any]]) -> bool:
+    """Whether an attempt's driver, among ``pods``, can still commit a checkpoint: it still
+    runs next to a Ray head that is up (not ended, not terminating, not disrupted). Once the
+    driver ended, or the head is gone or going, nothing more can be committed (what was
+    committed stays: a commit is whole or absent)."""
     driver_running = any(role_of(p) == "driver" and not pod_done(p) for p in pods)
     head_up = any(
         role_of(p) == "head" and not pod_done(p) and not terminating(p) and not pod_disrupted(p)
         for p in pods
     )
-    if driver_running and head_up:
+    return driver_running and head_up
+
+
+def pods_to_delete_now(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Which of a restarted attempt's ``pods`` to delete now (those not already
+    terminating): only the driver while :func:`last_commit_possible`, so that its SIGTERM
+    lets it commit the checkpoint round in flight (or the one the train function saves on the
+    notice) and exit 3 before Ray goes away, within its grace period; every pod otherwise
+    (nothing more can be committed, so nothing waits for the driver)."""
+    live = [p for p in pods if not terminating(p)]
+    if last_commit_possible(pods):
         return [p for p in live if role_of(p) == "driver"]
     return live
 
@@ -351,8 +365,9 @@ def as_disruption_target(pod: dict[str, Any]) -> dict[str, Any]:
     return {**pod, "status": status}
 
 
-#: The grace period of a finished job's pods when its cluster is torn down.
-FINISHED_POD_GRACE_SECONDS = 5
+#: The grace period of pods with nothing left to save: a finished job's, and an earlier
+#: attempt's once its driver can no longer commit (:func:`last_commit_possible`).
+NOTHING_TO_SAVE_GRACE_SECONDS = 5
 
 
 # --------------------------------------------------------------------------- the steps
@@ -429,8 +444,7 @@ def check_stale_pods_if_needed(r: Reconcile) -> Done:
     first while its Ray head is up (:func:`pods_to_delete_now`); the next attempt's pods of
     the same names are created once the old ones are gone."""
     now = pods_to_delete_now(r.stale_pods)
-    for pod in now:
-        r.plan.delete.append(("Pod", name_of(pod)))
+    r.delete_pods_driver_first(r.stale_pods)
     if any(not terminating(p) and p not in now for p in r.stale_pods):
         r.plan.requeue_at_most(1.0)  # the rest once the old driver ended
     return False
