@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import stat
 import subprocess
@@ -417,6 +418,55 @@ def test_the_launcher_waits_for_the_heads_port_before_asking_ray() -> None:
     assert not head_reachable(f"127.0.0.1:{port}", timeout_s=1)  # closed now
     assert not head_reachable("no-such-head.invalid:6379", timeout_s=1)
     assert not head_reachable("no-port", timeout_s=1)
+
+
+@pytest.mark.parametrize("head_up", [True, False], ids=["head-up", "head-gone"])
+def test_a_draining_node_stops_waiting_for_its_busy_workers_once_its_head_is_gone(
+    monkeypatch: pytest.MonkeyPatch, head_up: bool
+) -> None:
+    """A drained node waits for its busy Ray workers (here a process titled like an actor)
+    until its deadline while its head answers; once the head has not answered for
+    HEAD_GONE_S (the cluster is being torn down), it stops waiting: nothing can be committed,
+    and the grace period would only hold the node."""
+    import time
+
+    from trainjob_operator.launcher import ray_node
+
+    monkeypatch.setattr(ray_node, "HEAD_GONE_S", 0.5)
+    monkeypatch.setattr(ray_node, "HEAD_POLL_S", 0.1)
+    monkeypatch.setattr(ray_node, "POLL_S", 0.05)
+    with socket.socket() as gcs:
+        gcs.bind(("127.0.0.1", 0))
+        gcs.listen()
+        address = f"127.0.0.1:{gcs.getsockname()[1]}"
+        if not head_up:
+            gcs.close()
+        # `ray start --address=... --block` standing in: a shell with a busy "actor" below it.
+        argv = [
+            "bash",
+            "-c",
+            "(exec -a ray::TrainWorker sleep 600) & wait",
+            "--",
+            f"--address={address}",
+        ]
+        node = ray_node.RayNode(argv, grace_s=60)
+        node._proc = subprocess.Popen(argv, start_new_session=True)
+        try:
+            wait = 4.0
+            started = time.monotonic()
+            while not ray_node.busy_ray_workers(node._proc.pid):
+                assert time.monotonic() - started < 30, "the busy worker did not start"
+                time.sleep(0.05)
+            started = time.monotonic()
+            node._wait_until_idle(stop_at=time.time() + wait)
+            waited = time.monotonic() - started
+        finally:
+            os.killpg(node._proc.pid, signal.SIGKILL)
+            node._proc.wait()
+    if head_up:
+        assert waited >= wait - 0.5  # until the deadline: its worker may still commit
+    else:
+        assert waited < wait - 1.0  # the head gone: stopped without waiting out the grace
 
 
 # --------------------------------------------------------------------------- prestarted workers

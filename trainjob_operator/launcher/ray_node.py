@@ -17,8 +17,10 @@ drain, which is how a preemption notice reaches Ray Train 2.60 and this runtime:
    ranks, so the train function can save and ``report()`` a last checkpoint.
 3. It keeps the node up while Ray workers are busy on it (processes ``ray::<name>`` under
    its raylet; ``ray::IDLE`` ones do not count), so that checkpoint can be written and
-   committed; when none is left, or :data:`STOP_MARGIN_S` before the deadline at the latest,
-   it stops the node (SIGTERM to ``ray start``, which stops the raylet) and exits.
+   committed; when none is left, when the head has been unreachable for
+   :data:`HEAD_GONE_S` (the whole cluster is going: nothing more can be committed), or
+   :data:`STOP_MARGIN_S` before the deadline at the latest, it stops the node (SIGTERM to
+   ``ray start``, which stops the raylet) and exits.
 4. A second SIGTERM, or SIGINT, is passed on at once.
 
 Without it the kubelet's SIGTERM reached ``ray start --block`` itself, which stops the raylet
@@ -56,6 +58,12 @@ HEAD_POLL_S = 2.0
 """How often ``ray health-check`` is tried while waiting for the head."""
 RAY_NODE_LOG_IDLE = "no busy Ray workers left on this node: stopping Ray"
 """Logged when the drained node stops because its workers are done (before the deadline)."""
+HEAD_GONE_S = 5.0
+"""A draining node whose head (its GCS port) has not answered for this long stops: the
+cluster is being torn down (a restart, a suspension), so its busy workers cannot commit
+anything and waiting out the grace period would only hold the node (an accelerator)."""
+RAY_NODE_LOG_HEAD_GONE = "the Ray head is gone: nothing more can be committed; stopping Ray"
+"""Logged when the drained node stops because its head went away."""
 NOT_WORK_PROCTITLES = (
     "ray::IDLE",
     "ray::DashboardAgent",
@@ -251,12 +259,27 @@ class RayNode:
             logger.info("termination notice: stopping Ray (node not drained)")
 
     def _wait_until_idle(self, stop_at: float) -> None:
+        """Return once no Ray worker is busy on this node, its head has been unreachable
+        for :data:`HEAD_GONE_S`, Ray exited, or ``stop_at`` (epoch seconds) passed."""
         assert self._proc is not None
+        address = gcs_address_of(self.ray_argv)
+        head_checked_at = 0.0
+        head_lost_at: float | None = None
         while self._proc.poll() is None and time.time() < stop_at:
             busy = busy_ray_workers(self._proc.pid)
             if not busy:
                 logger.info(RAY_NODE_LOG_IDLE)
                 return
+            now = time.monotonic()
+            if address is not None and now - head_checked_at >= HEAD_POLL_S:
+                head_checked_at = now
+                if head_reachable(address, timeout_s=1.0):
+                    head_lost_at = None
+                elif head_lost_at is None:
+                    head_lost_at = now
+                elif now - head_lost_at >= HEAD_GONE_S:
+                    logger.info(RAY_NODE_LOG_HEAD_GONE)
+                    return
             time.sleep(POLL_S)
         if self._proc.poll() is None:
             logger.warning("grace period almost over: stopping Ray with workers still busy")
