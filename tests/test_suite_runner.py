@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import time
 from pathlib import Path
+from typing import Any
 
 from tests.suite import failure_lines
 
@@ -33,3 +36,31 @@ def test_failure_lines_name_each_failure_once_with_its_message(tmp_path: Path) -
     ]
     assert failure_lines(tmp_path / "missing.xml") == []
     assert failure_lines(junit, limit=10)[1].endswith("(failure): AssertionE [...]")
+
+
+def test_scenario_summary_lists_each_scenarios_long_waits(monkeypatch: Any) -> None:
+    """Scenarios run in threads record their wait_for waits; the summary shows the long ones
+    under each scenario (what the real-node tier's time went to)."""
+    from tests.support import concurrent
+    from tests.support.waiting import wait_for
+
+    monkeypatch.setattr(concurrent, "FINISHED", [])
+    monkeypatch.setattr(concurrent, "SHOWN_WAIT_S", 0.05)
+    scenarios = concurrent.ScenarioSet[None]()
+
+    @scenarios.register
+    def waits_twice(_: None) -> None:
+        deadline = time.monotonic() + 0.1
+        wait_for("a slow thing", lambda: time.monotonic() > deadline, every=0.01)
+        wait_for("a quick thing", lambda: True)
+
+    with scenarios.start(["waits_twice"], lambda _: contextlib.nullcontext(), max_at_once=1) as s:
+        s.check("waits_twice")
+    [(name, outcome)] = concurrent.FINISHED
+    assert name == "waits_twice"
+    assert [what for what, _ in outcome.waits] == ["a slow thing", "a quick thing"]
+    lines = concurrent.summary_lines()
+    assert lines[0].startswith("scenario waits_twice: ")
+    assert lines[1].endswith(" s waiting for a slow thing") and len(lines) == 3, lines
+    wait_for("no recording outside a scenario", lambda: True)
+    assert len(outcome.waits) == 2

@@ -42,7 +42,7 @@ from typing import Generic, TypeVar
 
 import pytest
 
-from tests.support.waiting import CANCEL
+from tests.support.waiting import CANCEL, record_waits
 
 A = TypeVar("A")
 
@@ -57,19 +57,31 @@ class Outcome:
 
     seconds: float
     error: BaseException | None = None
+    #: its :func:`~tests.support.waiting.wait_for` waits in order: (what, seconds waited)
+    waits: list[tuple[str, float]] = field(default_factory=list)
 
 
 FINISHED: list[tuple[str, Outcome]] = []
 """Every scenario checked in this session, in order, with how it ended."""
 
+SHOWN_WAIT_S = 10.0
+"""The waits :func:`summary_lines` lists under each scenario: the ones this long or longer."""
+
 
 def summary_lines() -> list[str]:
     """``scenario NAME: N s`` for each scenario of :data:`FINISHED` (``failed`` added when it
-    failed), then their sum; empty when none ran."""
-    lines = [
-        f"scenario {name}: {outcome.seconds:.0f} s" + (" (failed)" if outcome.error else "")
-        for name, outcome in FINISHED
-    ]
+    failed), each followed by its waits of :data:`SHOWN_WAIT_S` or more (``  N s waiting for
+    WHAT``), then their sum; empty when none ran."""
+    lines = []
+    for name, outcome in FINISHED:
+        lines.append(
+            f"scenario {name}: {outcome.seconds:.0f} s" + (" (failed)" if outcome.error else "")
+        )
+        lines += [
+            f"  {seconds:.0f} s waiting for {what}"
+            for what, seconds in outcome.waits
+            if seconds >= SHOWN_WAIT_S
+        ]
     if lines:
         total = sum(outcome.seconds for _, outcome in FINISHED)
         lines.append(f"{len(FINISHED)} scenarios, {total:.0f} s in all (they overlap)")
@@ -146,12 +158,16 @@ class ScenarioSet(Generic[A]):
 
         def run(name: str) -> Outcome:
             started = time.monotonic()
+            waits: list[tuple[str, float]] = []
+            record_waits(waits)
             try:
                 with around(name) as arg:
                     self._scenarios[name](arg)
             except BaseException as error:  # noqa: BLE001 - raised again in the test's thread
-                return Outcome(time.monotonic() - started, error)
-            return Outcome(time.monotonic() - started)
+                return Outcome(time.monotonic() - started, error, waits)
+            finally:
+                record_waits(None)
+            return Outcome(time.monotonic() - started, waits=waits)
 
         running = RunningScenarios()
         pool = ThreadPoolExecutor(max_workers=max(1, max_at_once), thread_name_prefix="scenario")

@@ -21,6 +21,21 @@ class Cancelled(AssertionError):
     """A :func:`wait_for` given up because :data:`CANCEL` was set."""
 
 
+_recording = threading.local()
+
+
+def record_waits(into: list[tuple[str, float]] | None) -> None:
+    """From now on, in this thread, every :func:`wait_for` appends ``(what, seconds waited)``
+    to ``into`` (None stops): a scenario's timeline, to see where its time goes."""
+    _recording.into = into
+
+
+def _record(what: str, started: float) -> None:
+    into = getattr(_recording, "into", None)
+    if into is not None:
+        into.append((what, time.monotonic() - started))
+
+
 def wait_for(
     what: str,
     check: Callable[[], T | None],
@@ -29,14 +44,17 @@ def wait_for(
 ) -> T:
     """Call ``check`` every ``every`` seconds until it returns something truthy, and return
     that; after ``timeout`` seconds raise AssertionError naming ``what`` and the last value."""
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
     while True:
         if CANCEL.is_set():
             raise Cancelled(f"cancelled while waiting for {what}")
         last = check()
         if last:
+            _record(what, started)
             return last
         if time.monotonic() > deadline:
+            _record(f"{what} (timed out)", started)
             raise AssertionError(
                 f"timed out after {timeout:.0f}s waiting for {what}; last value: {last!r}"
             )
