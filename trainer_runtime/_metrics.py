@@ -105,13 +105,24 @@ def validate_metrics(metrics: Any) -> dict[str, Any]:
 
     Metrics holding torch tensors or modules are refused with Ray Train's message (its
     rule); plain Python values are kept, tuples as lists (metrics are stored as JSON).
+    Metrics that pass cost no tensor check: a tensor or module anywhere in them fails the
+    copy (neither is a plain value, nor a string key), and only then are they looked into
+    for one, so that Ray's message is the one raised whatever else is wrong with them.
     """
-    if contains_tensor(metrics):
-        where = ""
-        if isinstance(metrics, Mapping):
-            keys = [k for k, v in metrics.items() if contains_tensor(v) or contains_tensor(k)]
-            where = f" (report(): metrics{[str(k) for k in keys]} hold torch tensors)"
-        raise ReportError(TENSOR_METRICS_MESSAGE + where)
+    try:
+        return _plain_metrics(metrics)
+    except ReportError:
+        if contains_tensor(metrics):
+            where = ""
+            if isinstance(metrics, Mapping):
+                keys = [k for k, v in metrics.items() if contains_tensor(v) or contains_tensor(k)]
+                where = f" (report(): metrics{[str(k) for k in keys]} hold torch tensors)"
+            raise ReportError(TENSOR_METRICS_MESSAGE + where) from None
+        raise
+
+
+def _plain_metrics(metrics: Any) -> dict[str, Any]:
+    """``metrics`` as plain Python values (:func:`_clean` of each), or :class:`ReportError`."""
     if not isinstance(metrics, Mapping):
         raise ReportError(
             f"report(metrics=...) must be a dict of str -> JSON-serialisable values, "
