@@ -43,12 +43,14 @@ SURVIVOR_DELAY_S = 3.0
 
 
 def _trainer(name: str, workdir: Path, retries: bool, relax: bool | None) -> Any:
+    # The DataParallelTrainer (TorchTrainer's base): the workload uses no torch, whose import
+    # and process group cost each worker of each group seconds of CPU.
     if name == "ray.train":
         import ray.train as train
-        from ray.train.torch import TorchTrainer
+        from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
     else:
         import trainer_runtime as train
-        from trainer_runtime.torch import TorchTrainer  # type: ignore[assignment]
+        from trainer_runtime import DataParallelTrainer  # type: ignore[assignment]
     failure = train.FailureConfig() if retries else train.FailureConfig(max_preemption_failures=0)
     config: dict[str, Any] = {
         "api": name,
@@ -60,7 +62,7 @@ def _trainer(name: str, workdir: Path, retries: bool, relax: bool | None) -> Any
             max_preemption_failures=0, relax_collectives_on_preemption=relax
         )
         config.update(told_file=str(workdir / "told"), survivor_delay_s=SURVIVOR_DELAY_S)
-    return TorchTrainer(
+    return DataParallelTrainer(
         preemptible_train,
         train_loop_config=config,
         scaling_config=train.ScalingConfig(num_workers=2),

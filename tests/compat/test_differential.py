@@ -349,11 +349,10 @@ def test_local_mode_runs_the_same_function_in_this_process(
 
 
 def _checkpoint_then_metrics_only(config: dict[str, Any]) -> None:
-    """``{"a": 1}`` with a checkpoint from rank 0 (without one when ``config["checkpoint"]``
-    is false), then ``{"a": 2}`` without a checkpoint."""
+    """``{"a": 1}`` with a checkpoint from rank 0, then ``{"a": 2}`` without a checkpoint."""
     train = api(config)
     checkpoint = None
-    if config["checkpoint"] and train.get_context().get_world_rank() == 0:
+    if train.get_context().get_world_rank() == 0:
         folder = tempfile.mkdtemp(prefix="compat_")
         (Path(folder) / "state.json").write_text(json.dumps({"step": 0}))
         checkpoint = train.Checkpoint.from_directory(folder)
@@ -361,22 +360,22 @@ def _checkpoint_then_metrics_only(config: dict[str, Any]) -> None:
     train.report({"a": 2})
 
 
-@pytest.mark.parametrize("checkpoint", [True, False], ids=["checkpoint", "no-checkpoint"])
 def test_result_metrics_are_the_latest_checkpoints_not_the_last_reports(
-    tmp_path: Path, ray_cluster: Any, checkpoint: bool
+    tmp_path: Path, ray_cluster: Any
 ) -> None:
-    results = _both(tmp_path, _checkpoint_then_metrics_only, {"checkpoint": checkpoint})
+    """A report with a checkpoint, then one without: Result.metrics is the checkpoint's
+    report's. (A run with no checkpoint at all has none: asserted on the collectives' run.)"""
+    results = _both(tmp_path, _checkpoint_then_metrics_only, {})
     ray_result, ours = results["ray.train"], results["trainer_runtime"]
-    assert ours.metrics == ray_result.metrics == ({"a": 1} if checkpoint else None)
-    assert read_step(ours.checkpoint) == read_step(ray_result.checkpoint)
-    assert read_step(ours.checkpoint) == (0 if checkpoint else None)
+    assert ours.metrics == ray_result.metrics == {"a": 1}
+    assert read_step(ours.checkpoint) == read_step(ray_result.checkpoint) == 0
 
 
 def test_local_mode_result_metrics_are_the_last_reports(tmp_path: Path, ray_cluster: Any) -> None:
     # Ray Train's local mode (num_workers=0): Result.metrics is the last report()'s metrics,
     # checkpoint or not. (Its Result.checkpoint is the last report's, None here; ours stays
     # the latest committed one: a documented difference.)
-    results = _both(tmp_path, _checkpoint_then_metrics_only, {"checkpoint": True}, workers=0)
+    results = _both(tmp_path, _checkpoint_then_metrics_only, {}, workers=0)
     ray_result, ours = results["ray.train"], results["trainer_runtime"]
     assert ours.metrics == ray_result.metrics == {"a": 2}
     assert ray_result.checkpoint is None
@@ -450,13 +449,22 @@ def test_an_upload_fn_returning_another_folder_is_the_same_value_error(
         assert "returned a checkpoint outside the experiment directory" in str(failure)
 
 
-@pytest.mark.parametrize("validation", [False, True])
 def test_get_all_reported_checkpoints_lists_the_same_checkpoints(
-    tmp_path: Path, ray_cluster: Any, validation: bool
+    tmp_path: Path, ray_cluster: Any
 ) -> None:
+    """Kept by loss (num_to_keep=2, the latest kept too); the first and the last reports
+    validated, the two between not: one run lists validated and unvalidated checkpoints."""
     for name in APIS:
-        run: dict[str, Any] = {
-            "checkpoint_config": (
+        _fit(
+            name,
+            tmp_path,
+            reported_train,
+            {
+                "losses": [0.5, 0.2, 0.1, 0.9],
+                "validate_steps": [0, 3],
+                "log": str(tmp_path / f"{name}.log"),
+            },
+            checkpoint_config=(
                 "CheckpointConfig",
                 (),
                 {
@@ -464,33 +472,30 @@ def test_get_all_reported_checkpoints_lists_the_same_checkpoints(
                     "checkpoint_score_attribute": "loss",
                     "checkpoint_score_order": "min",
                 },
-            )
-        }
-        if validation:
-            run["validation_config"] = ("ValidationConfig", (validate,), {})
-        _fit(
-            name,
-            tmp_path,
-            reported_train,
-            {
-                "losses": [0.5, 0.2, 0.1, 0.9],
-                "validation": validation,
-                "log": str(tmp_path / f"{name}.log"),
-            },
-            **run,
+            ),
+            validation_config=("ValidationConfig", (validate,), {}),
         )
     ours, rays = _logged(tmp_path, "trainer_runtime"), _logged(tmp_path, "ray.train")
     assert ours == rays
     assert [step for step, _, _ in rays[0]] == [3, 1, 2]  # kept, worst first, latest kept
+    validated = [step for step, metrics, _ in rays[0] if "val_score" in metrics]
+    assert validated == [3], rays
 
 
 def test_collectives_give_every_rank_the_same_data(tmp_path: Path, ray_cluster: Any) -> None:
-    for name in APIS:
-        _fit(name, tmp_path, collective_train, {"log": str(tmp_path / f"{name}.log")})
+    """Also, as in test_result_metrics_are_the_latest_checkpoints_not_the_last_reports: a run
+    that reported no checkpoint has no Result.metrics (None, not its last report's)."""
+    results = {
+        name: _fit(name, tmp_path, collective_train, {"log": str(tmp_path / f"{name}.log")})
+        for name in APIS
+    }
     ours = sorted(_logged(tmp_path, "trainer_runtime"), key=lambda x: x["rank"])
     rays = sorted(_logged(tmp_path, "ray.train"), key=lambda x: x["rank"])
     assert ours == rays
     assert [x["got"]["from"] for x in rays] == [0, 0] and [x["again"] for x in rays] == [0, 0]
+    ray_result, our_result = results["ray.train"], results["trainer_runtime"]
+    assert our_result.metrics == ray_result.metrics is None
+    assert our_result.checkpoint is None and ray_result.checkpoint is None
 
 
 def test_user_callbacks_see_the_same_reports_and_exceptions(

@@ -177,8 +177,9 @@ def upload_fn_train(config: dict[str, Any]) -> None:
 
 
 def reported_train(config: dict[str, Any]) -> None:
-    """Report ``losses`` (rank 0 with a checkpoint, optionally validated); then rank 0 logs
-    ``get_all_reported_checkpoints()``: step, metrics and status of each, in order."""
+    """Report ``losses`` (rank 0 with a checkpoint, validated at the steps ``validate_steps``
+    lists); then rank 0 logs ``get_all_reported_checkpoints()``: step, metrics and status of
+    each, in order."""
     train = api(config)
     rank = train.get_context().get_world_rank()
     for step, loss in enumerate(config["losses"]):
@@ -186,7 +187,7 @@ def reported_train(config: dict[str, Any]) -> None:
         kwargs: dict[str, Any] = {}
         if rank == 0:
             checkpoint = train.Checkpoint.from_directory(_save(step, rank, False))
-            if config.get("validation"):
+            if step in config.get("validate_steps", ()):
                 kwargs["validation"] = True
         train.report({"step": step, "loss": loss}, checkpoint=checkpoint, **kwargs)
     mode = getattr(train.CheckpointConsistencyMode, config.get("consistency", "VALIDATED"))
