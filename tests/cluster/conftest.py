@@ -38,6 +38,9 @@ JAX_FIXTURE = "node_jax_image"
 
 _provisioned: tuple[Path, Path, dict[str, Image]] | None = None
 _provision_error: str | None = None
+_node_timings: dict[str, float] = {}
+"""When each phase of the node's start ended (the running node's ``timings``, which the
+tests' own set-up may add to), for the summary."""
 
 
 def _skip_reason() -> str | None:
@@ -86,6 +89,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Each real-node scenario's own seconds, in order (they run at the same time, so the
     tests' durations show the waits they share, not what each took)."""
     lines = summary_lines()
+    if _node_timings:
+        phases = ", ".join(f"{name} {seconds:.0f}" for name, seconds in _node_timings.items())
+        lines.insert(0, f"node started (seconds from its start): {phases}")
     if lines:
         terminalreporter.section("real-node scenarios")
         for line in lines:
@@ -131,4 +137,6 @@ def node(node_provisioned: tuple[Path, Path, dict[str, Image]]) -> Iterator[Node
     assets, cache, images = node_provisioned
     keys = [*NODE_IMAGES, *([JAX_IMAGE] if JAX_IMAGE in images else [])]
     with Node(assets, cache, [images[key] for key in keys]) as running:
+        global _node_timings
+        _node_timings = running.timings
         yield running

@@ -37,6 +37,25 @@ from kubernetes import client as k8s_client
 from tests.cluster.conftest import JAX_IMAGE
 from tests.support.concurrent import RunningScenarios, ScenarioSet
 from tests.support.node import Image, Node
+from tests.support.real_cluster import (
+    DRIVER_RESOURCES,
+    GCS_HOST,
+    GCS_PORT,
+    GRACEFUL_TERMINATION,
+    JOB,
+    OPERATOR_NAMESPACE,
+    POD_CPU,
+    RELEASE,
+    REPO,
+    Cluster,
+    checkpoint_folders,
+    job_manifest,
+    kill_in_container,
+    make_job,
+    ready_cluster,
+    terminate_a_worker_pod_gracefully,
+    wait_for_a_committed_checkpoint,
+)
 from tests.support.waiting import wait_for
 from trainer_runtime.checkpoint import COMMIT_MARKER
 from trainer_runtime.storage.factory import reset_storage_cache
@@ -44,189 +63,12 @@ from trainjob_operator.sdk import TrainJobClient
 
 pytestmark = [pytest.mark.node, pytest.mark.timeout(1500)]
 
-REPO = Path(__file__).resolve().parents[2]
-CHART_DIR = REPO / "charts" / "trainjob-operator"
-QUICKSTART = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
-JOB = "quickstart"
 JAX_EXAMPLE = yaml.safe_load((REPO / "examples" / "jax.yaml").read_text())
-RELEASE = "trainjob-operator"
-OPERATOR_NAMESPACE = "trainjob-system"
-STORAGE_NAMESPACE = "trainjob-storage"
-GCS_PORT = 4443
-GCS_HOST = f"fake-gcs.{STORAGE_NAMESPACE}.svc.cluster.local"
-DRIVER_RESOURCES = {"cpu": "50m", "memory": "512Mi"}
-"""The chart's ``defaults.driver.resources`` here: the built-in 1 CPU would let one job at a
-time onto the 2-core node; the driver only drives (the workers train)."""
-POD_CPU = "50m"
-"""What the head, each worker and each validation pod ask for: a job asks for 250m in all, so
-the node holds the scenarios that run at once (the kubelet does not throttle: cpuCFSQuota is off,
-and Ray still advertises at least 1 CPU per pod)."""
 MAX_SCENARIOS_AT_ONCE = 3
 """Scenarios running together: each job's pods take about 2 GiB of memory and, while they start,
 most of a core."""
 
 T = TypeVar("T")
-
-
-class Cluster:
-    """The node with the chart installed and fake-gcs-server running."""
-
-    def __init__(self, node: Node, images: dict[str, Image], gcs_url: str) -> None:
-        self.node = node
-        self.images = images
-        self.gcs_url = gcs_url  # fake-gcs-server's Service, through a bridge to this machine
-        self.api = node.api_client()
-        self.core = k8s_client.CoreV1Api(self.api)
-        self.custom = k8s_client.CustomObjectsApi(self.api)
-
-    def gcs(self) -> Any:
-        from google.auth.credentials import AnonymousCredentials
-        from google.cloud import storage
-
-        return storage.Client(
-            project="test",
-            credentials=AnonymousCredentials(),
-            client_options={"api_endpoint": self.gcs_url},
-        )
-
-    def trainjob(self, namespace: str, name: str = JOB) -> dict[str, Any]:
-        obj = self.custom.get_namespaced_custom_object(
-            "trainjob.dev", "v1alpha1", namespace, "trainjobs", name
-        )
-        return dict(obj)
-
-    def status(self, namespace: str, name: str = JOB) -> dict[str, Any]:
-        return dict(self.trainjob(namespace, name).get("status") or {})
-
-    def wait_phase(
-        self, namespace: str, phase: str, timeout: float, name: str = JOB
-    ) -> dict[str, Any]:
-        def reached() -> dict[str, Any] | None:
-            status = self.status(namespace, name)
-            if status.get("phase") == "Failed" and phase != "Failed":
-                raise AssertionError(f"the TrainJob failed: {status.get('message')}")
-            return status if status.get("phase") == phase else None
-
-        return wait_for(f"phase {phase}", reached, timeout=timeout)
-
-    def pods(self, namespace: str) -> dict[str, k8s_client.V1Pod]:
-        return {p.metadata.name: p for p in self.core.list_namespaced_pod(namespace).items}
-
-    def dump(self, namespace: str) -> str:
-        """What a failing scenario shows: the TrainJob, pods, events and logs."""
-        listing = self.node.kubectl(
-            "get", "tj,pods,svc", "-n", namespace, "-o", "wide", check=False
-        )
-        parts = [listing.stdout]
-        with contextlib.suppress(Exception):
-            parts.append("status: " + json.dumps(self.status(namespace), indent=1))
-        parts.append(
-            self.node.kubectl("get", "events", "-n", namespace, check=False).stdout[-6000:]
-        )
-        for pod in self.pods(namespace):
-            for previous in ("--previous=true", "--previous=false"):
-                out = self.node.kubectl("logs", "-n", namespace, pod, previous, check=False)
-                if out.returncode == 0:
-                    tail = "\n".join(out.stdout.splitlines()[-60:])
-                    parts.append(f"----- {pod} {previous} -----\n{tail}")
-        operator = self.node.kubectl(
-            "logs", "-n", OPERATOR_NAMESPACE, f"deploy/{RELEASE}", "--tail=80", check=False
-        )
-        parts.append(f"----- operator -----\n{operator.stdout}{operator.stderr}")
-        return "\n".join(parts)
-
-
-def _install_chart(node: Node, images: dict[str, Image]) -> None:
-    import helm_python as helm
-
-    repository, tag = images["operator"].name.rsplit(":", 1)
-    config = helm.Config(kubeconfig_path=str(node.kubeconfig), namespace=OPERATOR_NAMESPACE)
-    try:
-        config.install(
-            helm.Chart.load(CHART_DIR),
-            RELEASE,
-            {
-                "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
-                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
-                "defaults": {"driver": {"resources": DRIVER_RESOURCES}},
-            },
-            namespace=OPERATOR_NAMESPACE,
-            create_namespace=True,
-        )
-    finally:
-        config.close()
-    # Waiting here rather than in Helm (whose wait a Python signal cannot interrupt).
-    rollout = node.kubectl(
-        "rollout",
-        "status",
-        "-n",
-        OPERATOR_NAMESPACE,
-        f"deployment/{RELEASE}",
-        "--timeout=300s",
-        check=False,
-        timeout=320,
-    )
-    if rollout.returncode != 0:
-        logs = node.kubectl(
-            "logs", "-n", OPERATOR_NAMESPACE, f"deployment/{RELEASE}", "--tail=40", check=False
-        )
-        raise AssertionError(f"the operator did not start: {rollout.stderr}\n{logs.stdout}")
-
-
-def _create_fake_gcs(node: Node, images: dict[str, Image]) -> None:
-    """fake-gcs-server as a pod behind the Service fake-gcs (:func:`_fake_gcs_url` waits for
-    it: it starts while the chart is installed)."""
-    manifest = f"""
-apiVersion: v1
-kind: Namespace
-metadata: {{name: {STORAGE_NAMESPACE}}}
----
-apiVersion: v1
-kind: Pod
-metadata:
-  name: fake-gcs
-  namespace: {STORAGE_NAMESPACE}
-  labels: {{app: fake-gcs}}
-spec:
-  # Service links would set FAKE_GCS_PORT=tcp://..., which fake-gcs-server reads as its port.
-  enableServiceLinks: false
-  containers:
-  - name: fake-gcs
-    image: {images["fake-gcs"].name}
-    imagePullPolicy: Never
-    args: ["-scheme", "http", "-host", "0.0.0.0", "-port", "{GCS_PORT}", "-backend", "memory",
-           "-external-url", "http://{GCS_HOST}:{GCS_PORT}",
-           "-public-host", "{GCS_HOST}:{GCS_PORT}", "-log-level", "warn"]
-    ports: [{{containerPort: {GCS_PORT}, name: http}}]
-    readinessProbe:
-      tcpSocket: {{port: {GCS_PORT}}}
-      periodSeconds: 2
----
-apiVersion: v1
-kind: Service
-metadata: {{name: fake-gcs, namespace: {STORAGE_NAMESPACE}}}
-spec:
-  selector: {{app: fake-gcs}}
-  ports: [{{name: http, port: {GCS_PORT}, targetPort: {GCS_PORT}}}]
-"""
-    node.kubectl("apply", "-f", "-", input=manifest)
-
-
-def _fake_gcs_url(node: Node) -> str:
-    """fake-gcs-server's URL from here, once its pod is Ready."""
-    node.kubectl(
-        "wait",
-        "-n",
-        STORAGE_NAMESPACE,
-        "--for=condition=Ready",
-        "pod/fake-gcs",
-        "--timeout=180s",
-        timeout=200,
-    )
-    service = node.kubectl(
-        "get", "svc", "-n", STORAGE_NAMESPACE, "fake-gcs", "-o", "jsonpath={.spec.clusterIP}"
-    ).stdout.strip()
-    return f"http://127.0.0.1:{node.forward(service, GCS_PORT)}"
 
 
 @pytest.fixture(scope="module")
@@ -236,16 +78,10 @@ def cluster(node: Node, node_images: dict[str, Image]) -> Iterator[Cluster]:
     names the bridge here, for what reads or writes gs:// through
     :mod:`trainer_runtime.storage` (the SDK's upload of a working dir,
     ``TrainJobClient.result``, the ``trainjob`` commands run from here)."""
-    _create_fake_gcs(node, node_images)
-    _install_chart(node, node_images)
-    env = Cluster(node, node_images, _fake_gcs_url(node))
-    with pytest.MonkeyPatch.context() as patch:
+    with ready_cluster(node, node_images) as env, pytest.MonkeyPatch.context() as patch:
         patch.setenv("STORAGE_EMULATOR_HOST", env.gcs_url)
         reset_storage_cache()
-        try:
-            yield env
-        finally:
-            env.api.close()
+        yield env
     reset_storage_cache()
 
 
@@ -297,67 +133,6 @@ RAY_DATA_VALIDATION = {
 """The quickstart scenario's validation: scored with Ray Data on a pool pod of one CPU."""
 
 
-def job_manifest(
-    cluster: Cluster,
-    namespace: str,
-    config: dict[str, Any],
-    *,
-    validation: bool = False,
-    **spec: Any,
-) -> tuple[dict[str, Any], str]:
-    """The quickstart TrainJob in the examples image, sized for a 2-core node, storing its
-    checkpoints in a new bucket of the cluster's fake-gcs-server: (the manifest, the bucket).
-    Without ``validation`` (the scenarios that assert nothing about it) the job has no
-    validation pool and no score attribute: one Ray node less on the node."""
-    bucket = f"real-{uuid.uuid4().hex[:8]}"
-    cluster.gcs().create_bucket(bucket)
-    body = copy.deepcopy(QUICKSTART)
-    body["metadata"] = {"name": JOB, "namespace": namespace}
-    s = body["spec"]
-    s["image"] = cluster.images["examples"].name
-    s["config"].update(config)
-    s["scaling"]["resourcesPerWorker"] = {"cpu": POD_CPU}
-    s["validation"]["pool"]["resources"] = {"cpu": POD_CPU}
-    # The pool asks for GKE spot nodes by default (cloud.google.com/gke-spot); this node is not
-    # one, and the quickstart's pod would stay Pending.
-    s["validation"]["pool"]["spot"] = False
-    s["ray"] = {"head": {"resources": {"cpu": POD_CPU}}}
-    s["storage"] = {"path": f"gs://{bucket}/runs"}
-    s["env"] = [{"name": "STORAGE_EMULATOR_HOST", "value": f"http://{GCS_HOST}:{GCS_PORT}"}]
-    if not validation:
-        del s["validation"], s["checkpoint"]["scoreAttribute"], s["checkpoint"]["scoreOrder"]
-    s.update(spec)
-    return body, bucket
-
-
-def make_job(
-    cluster: Cluster,
-    namespace: str,
-    config: dict[str, Any],
-    *,
-    validation: bool = False,
-    **spec: Any,
-) -> dict[str, Any]:
-    """:func:`job_manifest`'s TrainJob, created; its ``bucket`` added to the returned body."""
-    body, bucket = job_manifest(cluster, namespace, config, validation=validation, **spec)
-    cluster.custom.create_namespaced_custom_object(
-        "trainjob.dev", "v1alpha1", namespace, "trainjobs", body
-    )
-    body["bucket"] = bucket
-    return body
-
-
-def wait_for_a_committed_checkpoint(cluster: Cluster, namespace: str) -> None:
-    """The job is Running and has committed a checkpoint (a fault now lands mid-run)."""
-    cluster.wait_phase(namespace, "Running", timeout=600)
-    wait_for(
-        "a committed checkpoint",
-        lambda: cluster.status(namespace).get("latestCheckpoint"),
-        timeout=600,
-        every=1.0,
-    )
-
-
 def test_operator_runs_in_cluster_from_its_image(cluster: Cluster) -> None:
     pods = cluster.core.list_namespaced_pod(OPERATOR_NAMESPACE).items
     assert pods
@@ -369,44 +144,6 @@ def test_operator_runs_in_cluster_from_its_image(cluster: Cluster) -> None:
         assert pod.spec.security_context.run_as_non_root
     crd = cluster.node.kubectl("get", "crd", "trainjobs.trainjob.dev", "-o", "name").stdout
     assert crd.strip() == "customresourcedefinition.apiextensions.k8s.io/trainjobs.trainjob.dev"
-
-
-def kill_in_container(cluster: Cluster, namespace: str, pod: str, program: str) -> None:
-    """SIGKILL every process of ``program`` in the pod's container (``kubectl exec``; the
-    image has no procps, so Python reads /proc)."""
-    code = (
-        "import os, signal\n"
-        "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
-        "    try:\n"
-        "        cmd = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\\0')[0]\n"
-        "    except OSError:\n"
-        "        continue\n"
-        f"    if os.path.basename(cmd) == b'{program}':\n"
-        "        os.kill(int(pid), signal.SIGKILL); print('killed', pid)\n"
-    )
-    out = cluster.node.kubectl("exec", "-n", namespace, pod, "--", "python", "-c", code).stdout
-    assert "killed" in out, out
-
-
-GRACEFUL_TERMINATION: dict[str, dict[str, Any]] = {
-    "config": {"preemption_check_every": 5},
-    "podTemplate": {"terminationGracePeriodSeconds": 90},
-}
-"""What a job needs for :func:`_terminate_a_worker_pod_gracefully`: a preemption check every
-5 batches, and pods given 90 s to end."""
-
-
-def _terminate_a_worker_pod_gracefully(cluster: Cluster, namespace: str) -> str:
-    """``kubectl delete pod <job>-w1 --grace-period=90`` (the kubelet's SIGTERM, as a node
-    drain or spot reclaim gives) of a job made with :data:`GRACEFUL_TERMINATION`, Running.
-    Returns the deleted pod's uid."""
-    worker = cluster.pods(namespace)[f"{JOB}-w1"]
-    env = {e.name: e.value for e in worker.spec.containers[0].env}
-    assert env["TRAINJOB_TERMINATION_GRACE_PERIOD_S"] == "90"
-    cluster.node.kubectl(
-        "delete", "pod", "-n", namespace, f"{JOB}-w1", "--grace-period=90", "--wait=false"
-    )
-    return str(worker.metadata.uid)
 
 
 WORKING_DIR_MODULE = "mytrain"
@@ -515,7 +252,7 @@ def worker_terminated_without_preemption_budget_restarts_then_suspend_and_resume
     assert worker_log.strip() and from_kubectl.startswith(worker_log), (worker_log, from_kubectl)
 
     # No preemption budget: the whole job restarts, and its new driver resumes.
-    _terminate_a_worker_pod_gracefully(cluster, namespace)
+    terminate_a_worker_pod_gracefully(cluster, namespace)
     wait_for(
         "the restarted driver resuming from the checkpoint",
         lambda: (
@@ -615,22 +352,11 @@ def _follow_driver_log(cluster: Cluster, namespace: str) -> subprocess.Popen[str
     )
 
 
-def _checkpoint_folders(cluster: Cluster, bucket: str) -> tuple[set[str], set[str]]:
-    """(every checkpoint folder of the job's run folder in storage, those committed: with
-    their commit marker)."""
-    names = [b.name for b in cluster.gcs().bucket(bucket).list_blobs(prefix=f"runs/{JOB}/")]
-    paths = [n.split("/") for n in names]
-    # runs/<job>/checkpoint_NNNNNN/<file>: folders only (not checkpoint_manifest.json)
-    folders = {p[2] for p in paths if len(p) > 3 and p[2].startswith("checkpoint_")}
-    committed = {n.split("/")[2] for n in names if n.endswith(f"/{COMMIT_MARKER}")}
-    return folders, committed
-
-
 @scenario
-def worker_terminated_then_killed_then_driver_and_head_deleted_resume_from_checkpoints(
+def worker_terminated_then_killed_then_driver_head_and_every_pod_deleted_resume_from_checkpoints(
     scene: Scene,
 ) -> None:
-    """Four faults in one run, with the default ``maxRestarts: 0`` (issue 39). A worker pod
+    """Five faults in one run, with the default ``maxRestarts: 0`` (issue 39). A worker pod
     terminated gracefully: its SIGTERM drains its Ray node; the quickstart sees
     get_preemption_info() and commits a last checkpoint; the driver's fit() restarts the
     worker group from it (``failure.maxPreemptionFailures`` -1, Ray Train's default) once the
@@ -640,11 +366,12 @@ def worker_terminated_then_killed_then_driver_and_head_deleted_resume_from_check
     it): its SIGTERM makes the run commit what it can and the driver exit 3, and the
     operator restarts the job from the latest checkpoint on a new cluster, not counted
     (``DriverDisrupted``). Then, on that attempt, the Ray head pod deleted: the same
-    (``HeadDisrupted``). The job succeeds, every checkpoint in storage is whole, and
-    ``restartHistory`` names each whole-job restart's cause (and only those two). Before,
-    each deletion failed the job (``maxRestarts=0 exhausted``)."""
+    (``HeadDisrupted``). Then, on the next, every pod of the job deleted at once: one restart,
+    not counted. The job succeeds, every checkpoint in
+    storage is whole, and ``restartHistory`` names each whole-job restart's cause (and only
+    those three). Before, each deletion failed the job (``maxRestarts=0 exhausted``)."""
     cluster, namespace = scene
-    epochs = 9
+    epochs = 12
     # Small batches make epochs of seconds, so that the faults land mid-training.
     body = make_job(
         cluster,
@@ -663,7 +390,7 @@ def worker_terminated_then_killed_then_driver_and_head_deleted_resume_from_check
         text = current_driver_log()
         return text if f"(attempt {attempt}), resuming from" in text else None
 
-    terminated_uid = _terminate_a_worker_pod_gracefully(cluster, namespace)
+    terminated_uid = terminate_a_worker_pod_gracefully(cluster, namespace)
     log = wait_for(
         "the worker group restarted in place from its last checkpoint",
         lambda: driver_log_once_restarted(1),
@@ -704,33 +431,44 @@ def worker_terminated_then_killed_then_driver_and_head_deleted_resume_from_check
     assert "restarting (failure 1 of 3)" in driver_log, driver_log[-3000:]
     assert "Termination notice to the driver" in driver_log, driver_log[-3000:]
     assert f"TrainJob {JOB} preempted" in driver_log, driver_log[-3000:]
-    before = (cluster.status(namespace).get("latestCheckpoint") or {}).get("path")
-    wait_for(
-        "the next attempt Running with a checkpoint of its own",
-        lambda: (
-            (s := cluster.status(namespace)).get("restarts") == 1
-            and s.get("phase") == "Running"
-            and (s.get("latestCheckpoint") or {}).get("path") != before
-        ),
-        timeout=600,
-        every=1.0,
-    )
+
+    def next_attempt_running_with_a_checkpoint(restarts: int) -> None:
+        before = (cluster.status(namespace).get("latestCheckpoint") or {}).get("path")
+        wait_for(
+            f"attempt {restarts} Running with a checkpoint of its own",
+            lambda: (
+                (s := cluster.status(namespace)).get("restarts") == restarts
+                and s.get("phase") == "Running"
+                and (s.get("latestCheckpoint") or {}).get("path") != before
+            ),
+            timeout=600,
+            every=1.0,
+        )
+
+    next_attempt_running_with_a_checkpoint(1)
     cluster.node.kubectl("delete", "pod", "-n", namespace, f"{JOB}-head", "--wait=false")
+    next_attempt_running_with_a_checkpoint(2)
+    # Every pod of the job deleted at once (a node pool drained, a namespace's pods evicted):
+    # one restart, a disruption of the head or the driver (whichever deletion the operator
+    # saw first: kubectl deletes them one by one).
+    cluster.node.kubectl("delete", "pods", "--all", "-n", namespace, "--wait=false")
 
     status = cluster.wait_phase(namespace, "Succeeded", timeout=900)
     assert status["progress"]["step"] == epochs - 1
     assert status["latestCheckpoint"]["step"] == epochs - 1
-    assert status["restarts"] == 2 and status["ignoredRestarts"] == 2, status
-    driver, head = status["restartHistory"]
+    assert status["restarts"] == 3 and status["ignoredRestarts"] == 3, status
+    driver, head, every_pod = status["restartHistory"]
     assert (driver["reason"], driver["counted"]) == ("DriverDisrupted", False), driver
     assert f"pod {JOB}-driver" in driver["message"], driver
     assert (head["reason"], head["counted"]) == ("HeadDisrupted", False), head
     assert f"pod {JOB}-head" in head["message"], head
+    assert every_pod["reason"] in ("HeadDisrupted", "DriverDisrupted"), every_pod
+    assert every_pod["counted"] is False, every_pod
     events = cluster.node.kubectl("get", "events", "-n", namespace).stdout
     assert "DriverDisrupted" in events and "HeadDisrupted" in events, events[-3000:]
     # Every checkpoint in storage is whole (listed with its marker, files verified by
     # Result.from_path), none half-written by a driver or head that went away.
-    folders, committed = _checkpoint_folders(cluster, body["bucket"])
+    folders, committed = checkpoint_folders(cluster, body["bucket"])
     assert folders == committed, (folders, committed)
     result = TrainJobClient(namespace=namespace, kubeconfig=cluster.node.kubeconfig).result(JOB)
     assert {r.name for r in result.checkpoints} == committed, result.checkpoints
