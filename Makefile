@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: demo test test-quick install install-test test-tools lint typecheck docs clean
+.PHONY: demo test test-quick install install-test test-tools lint typecheck docs soak clean
 
 $(VENV)/.installed-demo: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -68,6 +68,12 @@ test: install-test test-tools
 
 test-quick: install-test
 	$(PY) -m tests.suite --quick
+
+# A job on the real node with a production fault every 2-3 minutes for 15 (root, Debian
+# bookworm, as the node tier; about 25 minutes): benchmarks/results/soak.json, written up in
+# docs/benchmarks.md by `python benchmarks/run_all.py --render-only`.
+soak: install-test
+	$(PY) benchmarks/soak.py
 
 # The docs site into site/, warnings as errors (broken links and anchors fail).
 docs: install-test

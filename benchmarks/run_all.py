@@ -32,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import common, restore_section, sections, templates
+from benchmarks import common, restore_section, sections, soak_section, templates
 
 DOC = common.REPO_ROOT / "docs" / "benchmarks.md"
 IMG_DIR = common.REPO_ROOT / "docs" / "img"
@@ -52,6 +52,10 @@ BENCHES: dict[str, tuple[str, list[str]]] = {
 #: Not run by ``--quick`` (unless named with ``--only``): 1 GiB every 30 s takes ~25 minutes;
 #: restoring 1 GiB checkpoints (each framework writing its own runs first) ~20.
 NOT_QUICK = ("async_checkpoint_1gib", "restore")
+
+#: Results written up here but made elsewhere: ``soak`` by ``make soak`` (benchmarks/soak.py,
+#: the real node, about 25 minutes).
+RENDERED_ONLY = ("soak",)
 
 # The goals the runtime is held to.
 GOAL_CALLS_PER_S = 1000.0
@@ -800,7 +804,7 @@ def render(runs: dict[str, dict[str, Any]] | None, quick: bool, write: bool = Tr
     if write:
         IMG_DIR.mkdir(parents=True, exist_ok=True)
     img_rel = "img"
-    stored = {name: common.read_result(name) for name in BENCHES}
+    stored = {name: common.read_result(name) for name in (*BENCHES, *RENDERED_ONLY)}
     results = [r for r in stored.values() if r is not None]
     text_sections: list[str] = []
     goals: list[dict[str, Any]] = []
@@ -838,6 +842,7 @@ def render(runs: dict[str, dict[str, Any]] | None, quick: bool, write: bool = Tr
         ("operator", sections.render_operator, sections.plot_operator),
         ("scale", sections.render_scale, sections.plot_scale),
         ("restore", restore_section.render_restore, None),
+        ("soak", soak_section.render_soak, None),
     ):
         data = stored[name]
         if data is None:

@@ -16,3 +16,65 @@ def test_the_benchmarks_page_is_what_the_results_and_templates_render() -> None:
         "docs/benchmarks.md differs from what benchmarks/run_all.py renders; run "
         "`python benchmarks/run_all.py --render-only` to regenerate it"
     )
+
+
+def test_the_soak_section_shows_each_fault_the_goodput_and_the_invariant() -> None:
+    """The soak's write-up (benchmarks/soak_section.py) from a result of the shape
+    benchmarks/soak.py writes: every fault a row, the restart history, the goodput and
+    whether the commit invariant held."""
+    from benchmarks.soak_section import render_soak
+
+    data = {
+        "params": {
+            "minutes": 15.0,
+            "epochs": 120,
+            "min_gap_s": 120.0,
+            "max_gap_s": 180.0,
+            "seed": 1,
+        },
+        "faults": [
+            {
+                "fault": "head pod deleted",
+                "at_s": 150.0,
+                "step": 12,
+                "what": "quickstart-head deleted",
+                "next_step_s": 41.2,
+            },
+            {
+                "fault": "worker Ray node killed",
+                "at_s": 330.0,
+                "step": 20,
+                "error": "AssertionError: no raylet",
+                "next_step_s": None,
+            },
+        ],
+        "minutes": 21.5,
+        "first_checkpoint_s": 62.0,
+        "first_step": 1,
+        "last_step": 119,
+        "failure_free_steps_per_s": 0.1,
+        "goodput": 0.873,
+        "restarts": 1,
+        "ignored_restarts": 1,
+        "worker_failures": 0,
+        "restart_history": [
+            {
+                "reason": "HeadDisrupted",
+                "counted": False,
+                "message": "Ray head pod quickstart-head deleted",
+            }
+        ],
+        "checkpoints_in_storage": 120,
+        "checkpoints_committed": 120,
+        "checkpoints_listed": 120,
+        "invariant_holds": True,
+    }
+    text, [headline] = render_soak(data, "img")
+    assert "| 2.5 | head pod deleted | 12 | quickstart-head deleted | 41 |" in text
+    assert "| 5.5 | worker Ray node killed | 20 | AssertionError: no raylet | n/a |" in text
+    assert "| HeadDisrupted | False | Ray head pod quickstart-head deleted |" in text
+    assert "**Goodput 87.3%**" in text and "**The commit invariant holds**" in text
+    assert "6.00 steps a minute" in text
+    assert headline[0] == "soak: 2 faults in 22 min on the real node"
+    broken = render_soak({**data, "invariant_holds": False, "goodput": None}, "img")[0]
+    assert "invariant **broken**" in broken and "**Goodput n/a**" in broken
