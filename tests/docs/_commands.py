@@ -22,6 +22,9 @@ NOT_RUN: dict[str, str] = {
     "make test": "the whole suite, which this test is part of",
     "make test-quick": "the quick tier, which the docs' checks that need no cluster are part of",
     "make docs": "tests/docs/test_site.py builds the site as it does (mkdocs build --strict)",
+    "make soak": "a job of about 25 minutes on the real node (benchmarks/soak.py): the node tier "
+    "runs the same faults (tests/cluster/test_real_node.py); its rendering is tested in "
+    "tests/docs/test_benchmarks_page.py",
     ".venv/bin/python -m tests.suite": "runs tiers of the suite, which this test is part of",
     ".venv/bin/python -m pytest": "runs the real-node tier's tests",
     "trainjob run": "trains on Ray: tests/test_cli_run.py runs it (test_snippets.py parses the "
