@@ -219,7 +219,7 @@ def _new_cluster() -> Any:
     on the head's start: it waits a fixed 30 s for the raylet to register, which a loaded
     machine can pass (``The current node timed out during startup``). What a failed start
     left behind (its own GCS) goes with the scenario's process group (:func:`run_scenario`).
-    Worker nodes are not retried: one that registered late would join as an extra node."""
+    Its worker nodes are retried with the whole cluster (:func:`_started_cluster`)."""
     from ray.cluster_utils import Cluster
 
     for attempt in range(1, CLUSTER_STARTS + 1):
@@ -234,6 +234,23 @@ def _new_cluster() -> Any:
     raise AssertionError("unreachable")
 
 
+def _started_cluster() -> tuple[Any, list[Any]]:
+    """:func:`_new_cluster` and three one-CPU nodes. A node whose start Ray gave up on (the
+    same fixed 30 s as the head's) fails the whole start: that cluster is shut down (a node
+    that registers late dies with its GCS, it cannot join the next one) and a new one
+    started, up to :data:`CLUSTER_STARTS` times in all."""
+    for attempt in range(1, CLUSTER_STARTS + 1):
+        cluster = _new_cluster()
+        try:
+            return cluster, [cluster.add_node(num_cpus=1) for _ in range(3)]
+        except Exception as exc:  # Ray raises a bare Exception for it
+            cluster.shutdown()
+            if "timed out during startup" not in str(exc) or attempt == CLUSTER_STARTS:
+                raise
+            print(f"a Ray node timed out starting (attempt {attempt}); again", file=sys.stderr)
+    raise AssertionError("unreachable")
+
+
 @contextlib.contextmanager
 def spare_node_cluster() -> Iterator[tuple[Any, list[Any]]]:
     """A Ray cluster of this process's own (``ray.cluster_utils.Cluster``): a head without
@@ -241,9 +258,8 @@ def spare_node_cluster() -> Iterator[tuple[Any, list[Any]]]:
     driver. Yields the cluster and its three nodes; shut down on exit."""
     import ray
 
-    cluster = _new_cluster()
+    cluster, nodes = _started_cluster()
     try:
-        nodes = [cluster.add_node(num_cpus=1) for _ in range(3)]
         ray.init(address=cluster.address)
         cluster.wait_for_nodes()
         yield cluster, nodes
