@@ -285,7 +285,7 @@ class Reconcile:
         self.plan.requeue_at_most(float(delay) if delay else 1.0)
         return True
 
-    def delete_pods_driver_first(self, pods: list[dict[str, Any]]) -> None:
+    def delete_pods_driver_first(self, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Delete ``pods`` (those not already terminating) for a restart, the driver first
         while the Ray head is up (:func:`pods_to_delete_now`): the driver's SIGTERM lets it
         commit what it can and exit, within its own grace period; the head and the workers go
@@ -293,12 +293,14 @@ class Reconcile:
         commit is possible (:func:`last_commit_possible`), each pod gets
         :data:`NOTHING_TO_SAVE_GRACE_SECONDS` instead of its own grace period: a worker's
         drain would otherwise wait all of it for a run that is over, and the next attempt's
-        pods (of the same names) wait for them."""
+        pods (of the same names) wait for them. Returns the pods deleted now."""
         grace = None if last_commit_possible(pods) else NOTHING_TO_SAVE_GRACE_SECONDS
-        for pod in pods_to_delete_now(pods):
+        now = pods_to_delete_now(pods)
+        for pod in now:
             self.plan.delete.append(("Pod", name_of(pod)))
             if grace is not None:
                 self.plan.delete_grace_seconds[name_of(pod)] = grace
+        return now
 
     def pod_failed(self, pod: dict[str, Any], reason: str, message: str) -> bool:
         """A head or driver pod failed or was disrupted: ``failure.rules`` and the defaults
@@ -443,8 +445,7 @@ def check_stale_pods_if_needed(r: Reconcile) -> Done:
     """Pods of an earlier attempt (before a whole-cluster restart) are deleted, the driver
     first while its Ray head is up (:func:`pods_to_delete_now`); the next attempt's pods of
     the same names are created once the old ones are gone."""
-    now = pods_to_delete_now(r.stale_pods)
-    r.delete_pods_driver_first(r.stale_pods)
+    now = r.delete_pods_driver_first(r.stale_pods)
     if any(not terminating(p) and p not in now for p in r.stale_pods):
         r.plan.requeue_at_most(1.0)  # the rest once the old driver ended
     return False
