@@ -11,7 +11,6 @@ import socket
 import stat
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 
 from trainjob_operator.constants import DRIVER_PREEMPTED_EXIT_CODE
 from trainjob_operator.launcher.driver_start import join_cluster
+from trainjob_operator.launcher.stop_flag import StopFlag
 
 MODULE = "trainjob_operator.launcher.driver_start"
 
@@ -79,7 +79,7 @@ def test_ray_start_is_tried_three_times_with_ray_stop_between(
     calls = tmp_path / "calls"
     _stub(tmp_path, "ray", f'echo "$1" >> {calls}\n[ "$1" = start ] && exit 1\nexit 0\n')
     monkeypatch.setenv("PATH", _env(tmp_path, head)["PATH"])
-    assert join_cluster(head, threading.Event(), retry_s=0) is False
+    assert join_cluster(head, StopFlag(), retry_s=0) is False
     assert calls.read_text().split() == ["start", "stop"] * 2 + ["start"]
     out = capsys.readouterr().out
     assert "ray start failed (try 2 of 3): trying again" in out
@@ -93,7 +93,7 @@ def test_ray_start_is_tried_three_times_with_ray_stop_between(
         f'echo "$1" >> {calls}\n'
         f'if [ "$1" = start ] && [ ! -e {failed_once} ]; then touch {failed_once}; exit 1; fi\n',
     )
-    assert join_cluster(head, threading.Event(), retry_s=0) is True
+    assert join_cluster(head, StopFlag(), retry_s=0) is True
     assert calls.read_text().split() == ["start", "stop", "start"]
 
 

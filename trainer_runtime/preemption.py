@@ -59,9 +59,14 @@ class PreemptionInfo:
         return sorted({r for ranks in self.preempted_node_to_ranks.values() for r in ranks})
 
 
-_lock = threading.Lock()
+_lock = threading.Lock()  # guards the two below; never taken by the SIGTERM handler
 _notice_deadline_ms: int | None = None
 _noticed = False
+#: The deadline of the notice the SIGTERM handler recorded (None: no SIGTERM yet). Written
+#: only by the handler, without a lock: a handler runs on the main thread between two
+#: bytecodes, possibly while that thread holds ``_lock`` (``local_notice()`` in the driver's
+#: poll loop), and waiting on it there would hang the process until the kubelet's SIGKILL.
+_sigterm_deadline_ms: int | None = None
 
 
 def grace_period_s() -> float:
@@ -74,7 +79,8 @@ def grace_period_s() -> float:
 
 
 def notify(deadline_ms: int | None) -> None:
-    """Record a termination notice for this process (the SIGTERM handler calls this)."""
+    """Record a termination notice for this process (a Ray node drain seen by a thread).
+    Not for signal handlers: it takes a lock (the SIGTERM handler records its own)."""
     global _notice_deadline_ms, _noticed
     with _lock:
         if not _noticed or (
@@ -86,25 +92,35 @@ def notify(deadline_ms: int | None) -> None:
 
 
 def local_notice() -> tuple[bool, int | None]:
-    """Whether this process got a termination notice, and its deadline (ms)."""
+    """Whether this process got a termination notice, and its deadline (ms): the earliest of
+    the deadlines given, None if none was."""
     with _lock:
-        return _noticed, _notice_deadline_ms
+        noticed, deadline_ms = _noticed, _notice_deadline_ms
+    sigterm_deadline_ms = _sigterm_deadline_ms  # one read: the handler may set it any time
+    if sigterm_deadline_ms is None:
+        return noticed, deadline_ms
+    if deadline_ms is None or sigterm_deadline_ms < deadline_ms:
+        deadline_ms = sigterm_deadline_ms
+    return True, deadline_ms
 
 
 def clear() -> None:
     """Forget the notice (tests; a process reused for a new run)."""
-    global _notice_deadline_ms, _noticed
+    global _notice_deadline_ms, _noticed, _sigterm_deadline_ms
     with _lock:
         _notice_deadline_ms, _noticed = None, False
+        _sigterm_deadline_ms = None
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    noticed, _ = local_notice()
-    if noticed:  # a second SIGTERM: terminate as if there were no handler
+    """The first SIGTERM records a notice; the next terminates the process. Takes no lock
+    (see :data:`_sigterm_deadline_ms`)."""
+    global _sigterm_deadline_ms
+    if _noticed or _sigterm_deadline_ms is not None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
         return
-    notify(int((time.time() + grace_period_s()) * 1000))
+    _sigterm_deadline_ms = int((time.time() + grace_period_s()) * 1000)
 
 
 def install_sigterm_handler() -> bool:

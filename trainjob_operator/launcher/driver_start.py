@@ -24,12 +24,12 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Sequence
 from types import FrameType
 
 from trainjob_operator.constants import DRIVER_PREEMPTED_EXIT_CODE
 from trainjob_operator.launcher.ray_node import wait_for_head
+from trainjob_operator.launcher.stop_flag import StopFlag
 
 __all__ = ["DRIVER_MAIN_MODULE", "RAY_START_RETRY_S", "RAY_START_TRIES", "join_cluster", "main"]
 
@@ -55,7 +55,7 @@ def ray_start_command(address: str) -> list[str]:
     ]
 
 
-def _run(command: Sequence[str], stopped: threading.Event) -> int | None:
+def _run(command: Sequence[str], stopped: StopFlag) -> int | None:
     """Run ``command``; its exit status, or None when ``stopped`` was set first (it is then
     killed)."""
     proc = subprocess.Popen(list(command))
@@ -69,7 +69,7 @@ def _run(command: Sequence[str], stopped: threading.Event) -> int | None:
 
 def join_cluster(
     address: str,
-    stopped: threading.Event,
+    stopped: StopFlag,
     *,
     tries: int = RAY_START_TRIES,
     retry_s: float = RAY_START_RETRY_S,
@@ -102,19 +102,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Wait for the head, join, then exec the driver; see the module docstring."""
     del argv  # no arguments: everything comes from the pod's environment
     address = os.environ["RAY_ADDRESS"]
-    stopped = threading.Event()
+    stopped = StopFlag()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        del frame
-        print(f"signal {signum} before training started: stopping", flush=True)
+        # Nothing that takes a lock (no print: stdout's buffer has one): see StopFlag.
+        del signum, frame
         stopped.set()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    if not wait_for_head(address, stopped):
-        return DRIVER_PREEMPTED_EXIT_CODE
-    joined = join_cluster(address, stopped)
+    joined = join_cluster(address, stopped) if wait_for_head(address, stopped) else None
     if joined is None:
+        print("stopped (SIGTERM or SIGINT) before training started", flush=True)
         return DRIVER_PREEMPTED_EXIT_CODE
     if not joined:
         return JOIN_FAILED_EXIT_CODE

@@ -40,12 +40,12 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from types import FrameType
 
 from trainer_runtime.preemption import grace_period_s
+from trainjob_operator.launcher.stop_flag import StopFlag
 
 logger = logging.getLogger("trainjob_operator.launcher.ray_node")
 
@@ -185,7 +185,7 @@ class RayNode:
         self.grace_s = grace_s
         self._proc: subprocess.Popen[bytes] | None = None
         self._notices = 0
-        self._noticed = threading.Event()
+        self._noticed = StopFlag()  # set by the SIGTERM handler: no lock (see StopFlag)
 
     # -- signals ------------------------------------------------------------------------------
 
@@ -298,7 +298,7 @@ def head_reachable(address: str, timeout_s: float = HEAD_POLL_S) -> bool:
         return False
 
 
-def _health_check(address: str, stopped: threading.Event) -> bool:
+def _health_check(address: str, stopped: StopFlag) -> bool:
     """Run ``ray health-check --address``; True if it passed, False if it failed or
     ``stopped`` was set meanwhile (the check is then killed, so a notice is obeyed at once)."""
     check = subprocess.Popen(  # FileNotFoundError without `ray` on PATH: nothing can start
@@ -314,7 +314,7 @@ def _health_check(address: str, stopped: threading.Event) -> bool:
     return check.returncode == 0
 
 
-def wait_for_head(address: str, stopped: threading.Event) -> bool:
+def wait_for_head(address: str, stopped: StopFlag) -> bool:
     """Wait until the head answers: its GCS port opens (:func:`head_reachable`), then
     ``ray health-check`` passes. Prints a line per try; False if ``stopped`` first."""
     while not stopped.is_set():
@@ -341,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("give the ray start command after --")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     node = RayNode(ray_argv, grace_s=grace_period_s())
-    stopped = threading.Event()
+    stopped = StopFlag()
 
     def on_sigterm(signum: int, frame: FrameType | None) -> None:
         stopped.set()
