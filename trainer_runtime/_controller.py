@@ -60,7 +60,13 @@ from trainer_runtime.errors import (
     WorkerFailure,
     WorkerGroupError,
 )
-from trainer_runtime.preemption import PreemptionInfo, combine, driver_stop_time, merge
+from trainer_runtime.preemption import (
+    HeadWatch,
+    PreemptionInfo,
+    combine,
+    driver_stop_time,
+    merge,
+)
 from trainer_runtime.result import Result
 from trainer_runtime.storage import Storage, StorageError, get_storage
 from trainer_runtime.storage.base import describe_error
@@ -518,6 +524,18 @@ RESOURCE_SETTLE_S = 1.0
 SCALING_POLL_S = 1.0
 
 
+def _watch_head() -> HeadWatch | None:
+    """A watch on this Ray job's head (its GCS address), None where Ray gives none."""
+    import ray
+
+    try:
+        address = ray.get_runtime_context().gcs_address
+    except Exception as exc:  # noqa: BLE001 - no watch: the stop time still applies
+        logger.debug("no GCS address to watch: %s", exc)
+        return None
+    return HeadWatch(address) if address else None
+
+
 class RayController(BaseController):
     """Runs the workers as Ray actors."""
 
@@ -525,6 +543,8 @@ class RayController(BaseController):
     #: :meth:`_check_driver_notice`), and the latest committed checkpoint then.
     _driver_noticed = False
     _latest_at_driver_notice: CheckpointRecord | None = None
+    #: The Ray head, watched once the driver got its notice (None: no notice, or no address).
+    _head_watch: HeadWatch | None = None
 
     def __init__(self, spec: RunSpec) -> None:
         super().__init__(spec)
@@ -797,13 +817,16 @@ class RayController(BaseController):
         every rank and the train function can save a last checkpoint. The attempt stops
         (``fit()`` raises :class:`PreemptionError`, no restart in place: the driver is going
         away) once a checkpoint is committed after the notice (the round in flight, or the
-        one saved on the notice), or at the stop time, before the kubelet's SIGKILL."""
+        one saved on the notice), at the stop time, before the kubelet's SIGKILL, or as soon
+        as the Ray head has not answered for :data:`~trainer_runtime.preemption.HEAD_GONE_S`
+        (every pod of the job is going: nothing more can be committed)."""
         stop_at = driver_stop_time()
         if stop_at is None:
             return
         if not self._driver_noticed:
             self._driver_noticed = True
             self._latest_at_driver_notice = self.manager.latest
+            self._head_watch = _watch_head()
             logger.warning(
                 "Termination notice to the driver: the run stops once a checkpoint is "
                 "committed, in %.1f s at the latest",
@@ -818,6 +841,12 @@ class RayController(BaseController):
         if self.manager.latest is not self._latest_at_driver_notice:
             raise PreemptionStop(notice, driver=True)
         if time.time() >= stop_at:
+            raise PreemptionStop(notice, drain_timed_out=True, driver=True)
+        if self._head_watch is not None and self._head_watch.gone():
+            logger.warning(
+                "The Ray head at %s is gone: nothing more can be committed; stopping now",
+                self._head_watch.address,
+            )
             raise PreemptionStop(notice, drain_timed_out=True, driver=True)
 
     def _relax_collectives(self, notice: PreemptionInfo) -> None:

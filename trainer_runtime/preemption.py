@@ -79,8 +79,8 @@ def grace_period_s() -> float:
 
 
 def notify(deadline_ms: int | None) -> None:
-    """Record a termination notice for this process (a Ray node drain seen by a thread).
-    Not for signal handlers: it takes a lock (the SIGTERM handler records its own)."""
+    """Record a termination notice for this process other than its own SIGTERM (which the
+    handler records without a lock). Not for signal handlers: it takes a lock."""
     global _notice_deadline_ms, _noticed
     with _lock:
         if not _noticed or (
@@ -116,7 +116,7 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     """The first SIGTERM records a notice; the next terminates the process. Takes no lock
     (see :data:`_sigterm_deadline_ms`)."""
     global _sigterm_deadline_ms
-    if _noticed or _sigterm_deadline_ms is not None:
+    if _sigterm_deadline_ms is not None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
         return
@@ -130,6 +130,50 @@ def install_sigterm_handler() -> bool:
         return False
     signal.signal(signal.SIGTERM, _on_sigterm)
     return True
+
+
+#: A Ray head (its GCS port) that has not answered for this long is gone: the cluster is
+#: being torn down (every pod of the job deleted, a restart, a suspension), so nothing more can
+#: be committed and a process waiting out its grace period for a commit stops instead.
+HEAD_GONE_S = 5.0
+
+
+def head_reachable(address: str, timeout_s: float = 2.0) -> bool:
+    """Whether a TCP connection to a Ray head's GCS ``host:port`` opens (its Service resolves
+    and something listens). Cheap: ``ray health-check`` against an address where nothing
+    answers takes about 40 seconds to fail."""
+    host, _, port = address.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")  # an IPv6 literal, "[::1]:6379"
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+class HeadWatch:
+    """Whether the Ray head at ``address`` has been unreachable (:func:`head_reachable`) for
+    ``gone_after_s``, looking at most every ``poll_s`` seconds; call :meth:`gone` in a loop."""
+
+    def __init__(
+        self, address: str, *, gone_after_s: float = HEAD_GONE_S, poll_s: float = 1.0
+    ) -> None:
+        self.address = address
+        self.gone_after_s = gone_after_s
+        self.poll_s = poll_s
+        self._checked_at: float | None = None
+        self._lost_at: float | None = None
+
+    def gone(self) -> bool:
+        """Whether the head has not answered for ``gone_after_s`` (checks it when due)."""
+        now = time.monotonic()
+        if self._checked_at is None or now - self._checked_at >= self.poll_s:
+            self._checked_at = now
+            if head_reachable(self.address, timeout_s=min(1.0, self.poll_s)):
+                self._lost_at = None
+            elif self._lost_at is None:
+                self._lost_at = now
+        return self._lost_at is not None and now - self._lost_at >= self.gone_after_s
 
 
 #: The most a driver keeps for shutting down after it stops for its own termination notice.

@@ -22,6 +22,7 @@ from trainjob_operator.kube import ApiError
 from trainjob_operator.reconcile.apply import execute_plan, reconcile_trainjob
 from trainjob_operator.reconcile.plan import Plan
 from trainjob_operator.reconcile.state_machine import (
+    NOTHING_TO_SAVE_GRACE_SECONDS,
     PHASE_HANDLERS,
     Reconcile,
     check_deadlines_if_needed,
@@ -121,7 +122,15 @@ def test_check_suspend_if_needed_tears_down_and_clears_only_a_set_start_time() -
     assert not check_suspend_if_needed(_reconcile(_job(), {"phase": "Running"}, _running()))
     r = _reconcile(_job(suspend=True), {"phase": "Starting"}, _running())
     assert check_suspend_if_needed(r)
-    assert r.status.phase == Phase.SUSPENDED and len(r.plan.delete) == 4
+    # The driver first, with its own grace period to commit a last checkpoint; the rest once
+    # it ended, with nothing left to save.
+    assert r.status.phase == Phase.SUSPENDED and r.plan.delete == [("Pod", "tj-driver")]
+    assert r.plan.delete_grace_seconds == {} and r.plan.requeue_after == 1.0
+    without_driver = [p for p in _running() if p["metadata"]["name"] != "tj-driver"]
+    r = _reconcile(_job(suspend=True), {"phase": "Suspended"}, without_driver)
+    assert check_suspend_if_needed(r)
+    assert sorted(r.plan.delete) == [("Pod", "tj-head"), ("Pod", "tj-w0"), ("Pod", "tj-w1")]
+    assert set(r.plan.delete_grace_seconds.values()) == {NOTHING_TO_SAVE_GRACE_SECONDS}
     assert "startTime" not in r.plan.status  # nothing to remove
     r = _reconcile(_job(suspend=True), {"phase": "Running", "startTime": "2026-12-01T11:00:00Z"})
     check_suspend_if_needed(r)

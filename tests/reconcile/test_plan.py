@@ -207,7 +207,10 @@ def test_pods_of_an_earlier_attempt_are_deleted_the_driver_first() -> None:
 def test_suspend_tears_down_and_resume_recreates() -> None:
     plan = plan_reconcile(_job(suspend=True), {"phase": "Running"}, _running(), _desired(), NOW)
     assert plan.status["phase"] == "Suspended"
-    assert len(plan.delete) == 4 and plan.create == []
+    assert plan.delete == [("Pod", "tj-driver")] and plan.create == []  # the driver first
+    rest = [p for p in _running() if p["metadata"]["name"] != "tj-driver"]
+    later = plan_reconcile(_job(suspend=True), plan.status, rest, _desired(), NOW)
+    assert len(later.delete) == 3 and later.create == []
     resumed = plan_reconcile(_job(), plan.status, [], _desired(), NOW)
     assert resumed.status["phase"] == "Starting"
     assert len(resumed.create) == 4

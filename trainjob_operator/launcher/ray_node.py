@@ -37,14 +37,13 @@ import argparse
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from types import FrameType
 
-from trainer_runtime.preemption import grace_period_s
+from trainer_runtime.preemption import HEAD_GONE_S, HeadWatch, grace_period_s, head_reachable
 from trainjob_operator.launcher.stop_flag import StopFlag
 
 logger = logging.getLogger("trainjob_operator.launcher.ray_node")
@@ -58,10 +57,6 @@ HEAD_POLL_S = 2.0
 """How often ``ray health-check`` is tried while waiting for the head."""
 RAY_NODE_LOG_IDLE = "no busy Ray workers left on this node: stopping Ray"
 """Logged when the drained node stops because its workers are done (before the deadline)."""
-HEAD_GONE_S = 5.0
-"""A draining node whose head (its GCS port) has not answered for this long stops: the
-cluster is being torn down (a restart, a suspension), so its busy workers cannot commit
-anything and waiting out the grace period would only hold the node (an accelerator)."""
 RAY_NODE_LOG_HEAD_GONE = "the Ray head is gone: nothing more can be committed; stopping Ray"
 """Logged when the drained node stops because its head went away."""
 NOT_WORK_PROCTITLES = (
@@ -263,39 +258,22 @@ class RayNode:
         for :data:`HEAD_GONE_S`, Ray exited, or ``stop_at`` (epoch seconds) passed."""
         assert self._proc is not None
         address = gcs_address_of(self.ray_argv)
-        head_checked_at = 0.0
-        head_lost_at: float | None = None
+        head = (
+            HeadWatch(address, gone_after_s=HEAD_GONE_S, poll_s=HEAD_POLL_S)
+            if address is not None
+            else None
+        )
         while self._proc.poll() is None and time.time() < stop_at:
             busy = busy_ray_workers(self._proc.pid)
             if not busy:
                 logger.info(RAY_NODE_LOG_IDLE)
                 return
-            now = time.monotonic()
-            if address is not None and now - head_checked_at >= HEAD_POLL_S:
-                head_checked_at = now
-                if head_reachable(address, timeout_s=1.0):
-                    head_lost_at = None
-                elif head_lost_at is None:
-                    head_lost_at = now
-                elif now - head_lost_at >= HEAD_GONE_S:
-                    logger.info(RAY_NODE_LOG_HEAD_GONE)
-                    return
+            if head is not None and head.gone():
+                logger.info(RAY_NODE_LOG_HEAD_GONE)
+                return
             time.sleep(POLL_S)
         if self._proc.poll() is None:
             logger.warning("grace period almost over: stopping Ray with workers still busy")
-
-
-def head_reachable(address: str, timeout_s: float = HEAD_POLL_S) -> bool:
-    """Whether a TCP connection to the head's GCS ``host:port`` opens (the head's Service
-    resolves and something listens). Cheap: ``ray health-check`` against an address where
-    nothing answers takes about 40 seconds to fail."""
-    host, _, port = address.rpartition(":")
-    host = host.removeprefix("[").removesuffix("]")  # an IPv6 literal, "[::1]:6379"
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout_s):
-            return True
-    except (OSError, ValueError):
-        return False
 
 
 def _health_check(address: str, stopped: StopFlag) -> bool:

@@ -286,10 +286,11 @@ class Reconcile:
         return True
 
     def delete_pods_driver_first(self, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Delete ``pods`` (those not already terminating) for a restart, the driver first
-        while the Ray head is up (:func:`pods_to_delete_now`): the driver's SIGTERM lets it
-        commit what it can and exit, within its own grace period; the head and the workers go
-        once it ended (a later reconcile, :func:`check_stale_pods_if_needed`). Once no last
+        """Delete ``pods`` (those not already terminating) for a restart or a suspension,
+        the driver first while the Ray head is up (:func:`pods_to_delete_now`): the driver's
+        SIGTERM lets it commit what it can and exit, within its own grace period; the head and
+        the workers go once it ended (a later reconcile: :func:`check_stale_pods_if_needed`,
+        :func:`check_suspend_if_needed`). Once no last
         commit is possible (:func:`last_commit_possible`), each pod gets
         :data:`NOTHING_TO_SAVE_GRACE_SECONDS` instead of its own grace period: a worker's
         drain would otherwise wait all of it for a run that is over, and the next attempt's
@@ -412,10 +413,17 @@ def check_ttl_if_needed(r: Reconcile) -> Done:
 
 
 def check_suspend_if_needed(r: Reconcile) -> Done:
-    """``spec.suspend``: tear the cluster down (checkpoints are kept) and be Suspended."""
+    """``spec.suspend``: tear the cluster down (checkpoints are kept) and be Suspended. The
+    driver goes first while its Ray head is up (:meth:`Reconcile.delete_pods_driver_first`,
+    as for a restart): its SIGTERM lets it commit the checkpoint round in flight, or the one
+    the train function saves on the notice, so a resumed job loses no more than that; the
+    head and the workers go once it ended (a later reconcile, each with
+    :data:`NOTHING_TO_SAVE_GRACE_SECONDS`)."""
     if not r.job.spec.suspend:
         return False
-    r.delete_pods(keep_driver=False)
+    deleted = r.delete_pods_driver_first(r.pods)
+    if any(not terminating(p) and p not in deleted for p in r.pods):
+        r.plan.requeue_at_most(1.0)  # the head and the workers once the driver ended
     r.set_phase(Phase.SUSPENDED, Reason.SUSPENDED, "suspended: cluster torn down, checkpoints kept")
     r.set_condition(ConditionType.SUSPENDED, True, Reason.SUSPENDED, "spec.suspend is true")
     r.set_condition(ConditionType.RUNNING, False, Reason.SUSPENDED, "suspended")
