@@ -92,9 +92,12 @@ _BASE_SPEC: dict[str, Any] = {
     "ray": {"head": {"resources": {"cpu": "1"}}},
 }
 _TPU_SCALING = {"tpu": {"acceleratorType": "v6e", "topology": "4x4"}}
+#: The sample for the elastic-only fields: a job of 1 to 2 workers.
+_ELASTIC_SCALING = {**_BASE_SPEC["scaling"], "minWorkers": 1}
 
 #: For every ``spec`` field: another valid value (the path is relative to ``spec``; a tuple
-#: ``(value, base)`` uses the TPU sample for fields under ``scaling.tpu``). Every leaf field
+#: ``(value, base)`` uses the TPU sample for fields under ``scaling.tpu``, or the elastic
+#: sample for the fields that need ``minWorkers``). Every leaf field
 #: of the schema must be listed: a new field fails the generator until it is added here.
 _CHANGES: dict[str, Any] = {
     "image": "example.com/train:2",
@@ -117,6 +120,12 @@ _CHANGES: dict[str, Any] = {
     "scaling.tpu.topology": ({"acceleratorType": "v6e", "topology": "4x8"}, "tpu"),
     "scaling.tpu.numSlices": ({"acceleratorType": "v6e", "topology": "4x4", "numSlices": 2}, "tpu"),
     "scaling.placementTimeoutSeconds": 900,
+    "scaling.minWorkers": 1,
+    "scaling.elasticResizeIntervalSeconds": (30, "elastic"),
+    "scaling.tpu.minSlices": (
+        {"acceleratorType": "v6e", "topology": "4x4", "numSlices": 2, "minSlices": 1},
+        "tpu",
+    ),
     "validation.entrypoint": "pkg.train:validate2",
     "validation.config": {"shards": 2},
     "validation.pool.minReplicas": 1,
@@ -204,6 +213,9 @@ def _replaced_roles(path: str) -> str:
     if base_kind == "tpu":
         base["scaling"] = copy.deepcopy(_TPU_SCALING)
         target = "scaling.tpu"
+    elif base_kind == "elastic":
+        base["scaling"] = copy.deepcopy(_ELASTIC_SCALING)
+        target = path
     else:
         target = path
     before = _pod_hashes(base)

@@ -176,6 +176,26 @@ def test_worker_group_failures_are_published_apart_from_cluster_restarts() -> No
     assert "Failed" not in conditions
 
 
+def test_progress_workers_is_the_running_groups_size_through_resizes() -> None:
+    """An elastic run's worker group shrinks and grows: ``progress.workers`` follows each
+    group start, through reports, and is one of the keys the driver publishes."""
+    from trainjob_operator.api import TrainJobStatus
+    from trainjob_operator.launcher.driver import DRIVER_STATUS_KEYS
+    from trainjob_operator.launcher.status import StatusTracker
+
+    tracker = StatusTracker()
+    tracker.on_run_start("/runs/x", 2, 0)
+    assert tracker.snapshot()["progress"] == {"workers": 2}
+    tracker.on_report(0, {"step": 0})
+    tracker.on_run_start("/runs/x", 1, 1)  # a worker lost: going on with one
+    assert tracker.snapshot()["progress"]["workers"] == 1
+    tracker.on_report(1, {"step": 1})
+    progress = tracker.snapshot()["progress"]
+    assert progress["workers"] == 1 and progress["step"] == 1
+    assert "progress" in DRIVER_STATUS_KEYS
+    assert TrainJobStatus.model_validate({"progress": progress}).progress.workers == 1
+
+
 def test_a_failed_run_has_the_failed_condition_with_the_error() -> None:
     from trainjob_operator.launcher.status import StatusTracker
 

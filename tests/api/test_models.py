@@ -742,3 +742,68 @@ def test_data_errors_name_the_field(data: dict[str, Any], path: str, words: str)
     err = only_error(manifest(data=data))
     assert err.path == path
     assert words in err.format()
+
+
+# --------------------------------------------------------------------------- elastic
+
+
+def test_elastic_min_workers_and_min_slices() -> None:
+    scaling = parse_trainjob(manifest(scaling={"numWorkers": 4, "minWorkers": 2})).spec.scaling
+    assert scaling.elastic_min_workers == 2 and scaling.num_workers == 4
+    assert (
+        parse_trainjob(manifest(scaling={"numWorkers": 4})).spec.scaling.elastic_min_workers is None
+    )
+    # TPUs grow and shrink by whole slices: 4x4 v6e is 4 hosts a slice.
+    tpu = parse_trainjob(tpu_scaling(tpu={"numSlices": 3, "minSlices": 1})).spec.scaling
+    assert tpu.num_workers == 12 and tpu.elastic_min_workers == 4
+
+
+@pytest.mark.parametrize(
+    ("doc", "path", "message_part", "hint_part"),
+    [
+        (
+            manifest(scaling={"numWorkers": 2, "minWorkers": 3}),
+            "spec.scaling.minWorkers",
+            "minWorkers is 3 but numWorkers is 2",
+            "at most 2",
+        ),
+        (
+            manifest(scaling={"numWorkers": 0, "minWorkers": 1}),
+            "spec.scaling.minWorkers",
+            "local mode",
+            "numWorkers",
+        ),
+        (
+            manifest(scaling={"numWorkers": 2, "minWorkers": 0}),
+            "spec.scaling.minWorkers",
+            "greater than or equal to 1",
+            None,
+        ),
+        (
+            tpu_scaling(minWorkers=4),
+            "spec.scaling.minWorkers",
+            "whole slices",
+            "tpu.minSlices",
+        ),
+        (
+            tpu_scaling(tpu={"numSlices": 2, "minSlices": 3}),
+            "spec.scaling.tpu.minSlices",
+            "minSlices is 3 but numSlices is 2",
+            "at most 2",
+        ),
+        (
+            manifest(scaling={"numWorkers": 2, "elasticResizeIntervalSeconds": 5}),
+            "spec.scaling.elasticResizeIntervalSeconds",
+            "elastic jobs only",
+            "minWorkers",
+        ),
+    ],
+)
+def test_elastic_settings_that_cannot_work_name_the_field(
+    doc: dict[str, Any], path: str, message_part: str, hint_part: str | None
+) -> None:
+    err = only_error(doc)
+    assert err.path == path
+    assert message_part in err.message
+    if hint_part is not None:
+        assert err.hint is not None and hint_part in err.hint

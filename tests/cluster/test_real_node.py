@@ -475,6 +475,54 @@ def worker_terminated_then_killed_then_driver_head_and_every_pod_deleted_resume_
 
 
 @scenario
+def elastic_job_goes_on_with_one_worker_when_one_is_lost_then_grows_back(scene: Scene) -> None:
+    """Elastic training in a TrainJob (issue 38): ``numWorkers: 2, minWorkers: 1``. A worker
+    pod terminated gracefully: its rank commits a last checkpoint and the worker group
+    restarts at once with the one worker left (``progress.workers`` 1) instead of waiting for
+    the operator's replacement pod; once that pod's Ray node joined, the next resize check
+    (``elasticResizeIntervalSeconds: 5``) grows the group back to 2 from the latest
+    checkpoint. No whole-job restart, no worker failure counted; the job succeeds with every
+    checkpoint whole."""
+    cluster, namespace = scene
+    epochs = 10
+    body = make_job(
+        cluster,
+        namespace,
+        {"epochs": epochs, "batch_size": 8, **GRACEFUL_TERMINATION["config"]},
+        scaling={
+            "numWorkers": 2,
+            "minWorkers": 1,
+            "elasticResizeIntervalSeconds": 5,
+            "resourcesPerWorker": {"cpu": POD_CPU},
+        },
+        podTemplate=GRACEFUL_TERMINATION["podTemplate"],
+    )
+    wait_for_a_committed_checkpoint(cluster, namespace)
+
+    def group_size(size: int) -> Any:
+        status = cluster.status(namespace)
+        assert status.get("phase") != "Succeeded", "the job ended before the resize was seen"
+        return (status.get("progress") or {}).get("workers") == size and status
+
+    wait_for("a group of 2 workers", lambda: group_size(2), timeout=300, every=0.5)
+    terminate_a_worker_pod_gracefully(cluster, namespace)
+    wait_for("the group going on with 1 worker", lambda: group_size(1), timeout=300, every=0.5)
+    status = wait_for("the group grown back to 2", lambda: group_size(2), timeout=600, every=0.5)
+    assert status["phase"] == "Running" and status.get("restarts", 0) == 0, status
+
+    status = cluster.wait_phase(namespace, "Succeeded", timeout=900)
+    assert status["progress"]["step"] == epochs - 1 and status["progress"]["workers"] == 2
+    assert status.get("restarts", 0) == 0 and not status.get("restartHistory"), status
+    assert status.get("workerFailures", 0) == 0, status  # a preemption and a resize: no failure
+    log = cluster.node.kubectl("logs", "-n", namespace, f"{JOB}-driver").stdout
+    sizes = [int(n) for n in re.findall(r"Started (\d+) workers \(attempt", log)]
+    assert sizes[0] == 2 and 1 in sizes and sizes[-1] == 2, (sizes, log[-3000:])
+    assert sizes.index(1) < len(sizes) - 1, sizes  # grew back after going on with one
+    folders, committed = checkpoint_folders(cluster, body["bucket"])
+    assert folders == committed, (folders, committed)
+
+
+@scenario
 def jax_example_trains_to_success_in_the_jax_image(scene: Scene) -> None:
     """examples/jax.yaml as it is, but in the examples image built on the Dockerfile's JAX
     variant (``--build-arg JAX=cpu``), sized for this node and storing in fake-gcs-server: two

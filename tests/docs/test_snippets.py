@@ -109,6 +109,8 @@ def test_snippet_manifests() -> None:
     [job] = load_trainjobs(SNIPPETS / "datasets.yaml")
     assert job.spec.data is not None and job.spec.data.datasets_to_split == ["train"]
     assert job.spec.data.pool.replicas == 2 and job.spec.data.pool.cpus_per_pod() == 4
+    [job] = load_trainjobs(SNIPPETS / "elastic.yaml")
+    assert (job.spec.scaling.num_workers, job.spec.scaling.elastic_min_workers) == (4, 2)
 
 
 def test_validate_outputs_are_what_trainjob_validate_prints(

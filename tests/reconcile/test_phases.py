@@ -218,6 +218,20 @@ def test_update_cluster_status_keeps_a_running_job_running_while_a_worker_is_rep
     assert r.status.phase == Phase.STARTING and r.plan.events == []  # no change, no Event
 
 
+def test_an_elastic_job_is_running_with_min_workers_ready() -> None:
+    observed = _running()
+    observed[1]["status"] = {"phase": "Pending"}  # 1 of the 2 workers ready
+    job = _job(scaling={"numWorkers": 2, "minWorkers": 1})
+    r = _reconcile(job, {"phase": "Starting"}, observed, _desired())
+    update_cluster_status(r)
+    assert r.status.phase == Phase.RUNNING
+    assert r.status.message == "1/2 workers ready (elastic: at least 1)"
+    assert r.plan.status["workers"] == {"ready": 1, "desired": 2}
+    r = _reconcile(_job(), {"phase": "Starting"}, observed, _desired())  # fixed size: waits
+    update_cluster_status(r)
+    assert r.status.phase == Phase.STARTING
+
+
 # --------------------------------------------------------------------------- validation pool
 
 

@@ -331,6 +331,27 @@ def test_logical_cpus_round_up_and_each_worker_actor_asks_for_a_whole_pod(
     assert trainer.scaling_config.resources_per_worker["CPU"] == expected
 
 
+def test_an_elastic_job_renders_its_maximum_and_the_driver_asks_ray_for_min_and_max() -> None:
+    """spec.scaling.minWorkers: the operator keeps numWorkers pods requested, and the driver's
+    trainer gets Ray Train's (min, max) with the resize interval of the spec."""
+    from trainjob_operator.launcher.trainer import build_trainer, plan_run
+
+    job = make_job(
+        scaling={"numWorkers": 3, "minWorkers": 1, "elasticResizeIntervalSeconds": 5},
+        entrypoint="examples.quickstart.train:train_func",
+    )
+    assert len(render_worker_pods(job, uid=UID)) == 3
+    scaling = build_trainer(plan_run(job, storage_path="/tmp/unused"), []).scaling_config
+    assert scaling.num_workers == (1, 3) and scaling.elasticity_enabled
+    assert scaling.elastic_resize_monitor_interval_s == 5.0
+    # `trainjob run --workers 2` caps both ends; a fixed-size job keeps Ray's default interval.
+    capped = build_trainer(plan_run(job, num_workers=2, storage_path="/tmp/unused"), [])
+    assert capped.scaling_config.num_workers == (1, 2)
+    fixed = make_job(scaling={"numWorkers": 2}, entrypoint="examples.quickstart.train:train_func")
+    fixed_scaling = build_trainer(plan_run(fixed, storage_path="/tmp/unused"), []).scaling_config
+    assert fixed_scaling.num_workers == 2 and fixed_scaling.elastic_resize_monitor_interval_s == 60
+
+
 def test_local_mode_has_no_workers() -> None:
     assert render_worker_pods(make_job(scaling={"numWorkers": 0}), uid=UID) == []
 

@@ -57,6 +57,22 @@ class TpuConfig(ApiModel):
         le=MAX_SLICES,
         description=f"Number of slices (multislice when > 1; at most {MAX_SLICES}).",
     )
+    min_slices: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_SLICES,
+        description=(
+            "Elastic training on TPUs, a whole slice at a time (Ray Train's "
+            "num_workers=(min, max) in hosts): the run starts once this many slices are "
+            "reserved, continues with as few as this when slices are lost, and grows back "
+            "towards numSlices, which the operator keeps requested. Unset: a fixed size."
+        ),
+    )
+
+    @property
+    def elastic(self) -> bool:
+        """Whether ``minSlices`` makes the slice count elastic."""
+        return self.min_slices is not None
 
     @model_validator(mode="after")
     def _check_topology(self) -> TpuConfig:
@@ -65,6 +81,13 @@ class TpuConfig(ApiModel):
         except ValueError as exc:
             raise api_error(str(exc), hint=_topology_hint(self), field="topology") from None
         self.topology = shape.topology
+        if self.min_slices is not None and self.min_slices > self.num_slices:
+            raise api_error(
+                f"minSlices is {self.min_slices} but numSlices is {self.num_slices}: numSlices "
+                "is the most slices the job runs on, minSlices the fewest",
+                hint=f"set minSlices to at most {self.num_slices}, or raise numSlices",
+                field="minSlices",
+            )
         return self
 
     @property
@@ -93,6 +116,28 @@ class ScalingConfig(ApiModel):
             "tpu."
         ),
         json_schema_extra=no_default,
+    )
+    min_workers: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_WORKERS,
+        description=(
+            "Elastic training (Ray Train's num_workers=(min, max), numWorkers being the "
+            "maximum): the run starts as soon as this many workers fit, continues with as few "
+            "as this when workers are lost instead of waiting for replacements, and grows "
+            "back towards numWorkers (whose pods the operator keeps requested) when they "
+            "return, each resize restarting the worker group from the latest checkpoint. The "
+            "job is Running with at least this many workers ready. Unset: a fixed size. With "
+            "tpu, use tpu.minSlices."
+        ),
+    )
+    elastic_resize_interval_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Elastic training: how often the driver looks for room to grow the running worker "
+            "group (Ray Train's elastic_resize_monitor_interval_s). Default 60."
+        ),
     )
     resources_per_worker: ResourceMap = Field(
         default_factory=dict,
@@ -125,7 +170,7 @@ class ScalingConfig(ApiModel):
                 field='resourcesPerWorker["cpu"]',
             )
         if self.tpu is None:
-            return self
+            return self._check_elastic()
         if self.use_gpu:
             raise api_error(
                 "useGpu and tpu are mutually exclusive",
@@ -152,7 +197,49 @@ class ScalingConfig(ApiModel):
                 hint=f"omit {GKE_TPU_RESOURCE}: it is derived from the topology",
                 field=f'resourcesPerWorker["{GKE_TPU_RESOURCE}"]',
             )
+        if self.min_workers is not None:
+            raise api_error(
+                "minWorkers counts workers; an elastic TPU job grows and shrinks by whole slices",
+                hint=f"remove minWorkers and set tpu.minSlices (1 to {self.tpu.num_slices})",
+                field="minWorkers",
+            )
+        return self._check_elastic()
+
+    def _check_elastic(self) -> ScalingConfig:
+        minimum = self.elastic_min_workers
+        if minimum is None:
+            if self.elastic_resize_interval_seconds is not None:
+                raise api_error(
+                    "elasticResizeIntervalSeconds applies to elastic jobs only",
+                    hint="set minWorkers (tpu.minSlices with tpu), or remove it",
+                    field="elasticResizeIntervalSeconds",
+                )
+            return self
+        if self.num_workers == 0:
+            raise api_error(
+                "minWorkers needs workers: numWorkers 0 runs the train function in the driver "
+                "(local mode)",
+                hint="set numWorkers to the most workers the job may use, or remove minWorkers",
+                field="minWorkers",
+            )
+        if minimum > self.num_workers:
+            raise api_error(
+                f"minWorkers is {minimum} but numWorkers is {self.num_workers}: numWorkers is "
+                "the most workers the job runs with, minWorkers the fewest",
+                hint=f"set minWorkers to at most {self.num_workers}, or raise numWorkers",
+                field="minWorkers",
+            )
         return self
+
+    @property
+    def elastic_min_workers(self) -> int | None:
+        """The fewest workers an elastic job runs with (``minWorkers``, or ``tpu.minSlices`` x
+        hosts per slice); None for a fixed size."""
+        if self.tpu is not None:
+            if self.tpu.min_slices is None:
+                return None
+            return self.tpu.min_slices * self.tpu.shape.hosts
+        return self.min_workers
 
     @property
     def tpu_shape(self) -> TpuSliceShape | None:

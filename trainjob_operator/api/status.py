@@ -165,6 +165,14 @@ class ProgressStatus(ApiModel):
 
     step: int | None = Field(default=None, ge=0, description="Last reported step (report count).")
     metrics: FreeForm = Field(default_factory=dict, description="Last reported metrics.")
+    workers: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Workers in the running worker group: spec.scaling.numWorkers, or fewer while an "
+            "elastic job (minWorkers, tpu.minSlices) runs with what is there."
+        ),
+    )
     updated_at: datetime | None = Field(
         default=None, description="When progress was last reported."
     )

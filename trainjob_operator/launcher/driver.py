@@ -91,6 +91,11 @@ class StatusPublisher(StatusTracker):
     def _changed(self) -> None:
         self._dirty.set()
 
+    def on_run_start(self, run_path: str, world_size: int, attempt: int) -> None:
+        """A worker group started: its size is ``progress.workers``."""
+        super().on_run_start(run_path, world_size, attempt)
+        self._changed()
+
     def on_report(self, round_index: int, metrics: dict[str, Any]) -> None:
         """Rank 0 reported."""
         super().on_report(round_index, metrics)

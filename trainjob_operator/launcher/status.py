@@ -67,6 +67,8 @@ class StatusTracker(Callback):
         self.score_attribute = score_attribute
         self._lock = threading.Lock()
         self.reports = 0
+        #: Workers of the running worker group (``progress.workers``; None before it starts).
+        self.world_size: int | None = None
         self.status: dict[str, Any] = {
             "phase": Phase.STARTING.value,
             "startTime": _now(),
@@ -94,6 +96,8 @@ class StatusTracker(Callback):
         with self._lock:
             self.status["phase"] = Phase.RUNNING.value
             self.status["workers"] = {"ready": world_size, "desired": world_size}
+            self.world_size = world_size
+            self.status.setdefault("progress", {})["workers"] = world_size
             self._condition(
                 ConditionType.RUNNING, True, Reason.WORKERS_READY, f"{world_size} worker(s) running"
             )
@@ -111,6 +115,8 @@ class StatusTracker(Callback):
                 "metrics": json_safe(dict(metrics)),
                 "updatedAt": _now(),
             }
+            if self.world_size is not None:
+                self.status["progress"]["workers"] = self.world_size
 
     def _checkpoint(self, record: CheckpointRecord) -> dict[str, Any]:
         metrics = record.all_metrics

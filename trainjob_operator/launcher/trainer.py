@@ -110,6 +110,9 @@ class RunPlan:
     trainer_kwargs: dict[str, Any] = field(default_factory=dict)
     datasets_fn: Callable[..., Any] | None = None
     """``spec.data.datasets``: called with ``spec.config`` to build the trainer's datasets."""
+    min_workers: int | None = None
+    """Elastic training (``spec.scaling.minWorkers`` or ``tpu.minSlices``): the fewest workers
+    the run goes on with; ``num_workers`` is then the most. None: a fixed size."""
 
 
 def plan_run(
@@ -135,6 +138,10 @@ def plan_run(
         else None
     )
     workers = spec.scaling.num_workers if num_workers is None else num_workers
+    elastic_min = spec.scaling.elastic_min_workers
+    if elastic_min is not None:
+        # A smaller worker count given here (``trainjob run --workers``) caps the minimum too.
+        elastic_min = min(elastic_min, workers) if workers > 0 else None
     storage = (
         storage_path
         or (spec.storage.path if spec.storage else None)
@@ -173,6 +180,7 @@ def plan_run(
         cpus,
         worker_gpus=gpus,
         datasets_fn=datasets_fn,
+        min_workers=elastic_min,
     )
 
 
@@ -312,8 +320,19 @@ def build_trainer(plan: RunPlan, callbacks: list[Callback], *, forward_env: bool
     )
     tpu = spec.scaling.tpu
     timeout = spec.scaling.placement_timeout_seconds
+    interval = spec.scaling.elastic_resize_interval_seconds
     scaling = ScalingConfig(
-        num_workers=plan.num_workers,
+        # Elastic (spec.scaling.minWorkers, tpu.minSlices): Ray Train's (min, max) tuple.
+        num_workers=(
+            (plan.min_workers, plan.num_workers)
+            if plan.min_workers is not None
+            else plan.num_workers
+        ),
+        elastic_resize_monitor_interval_s=(
+            float(interval)
+            if interval is not None
+            else ScalingConfig.elastic_resize_monitor_interval_s
+        ),
         use_gpu=spec.scaling.use_gpu,
         resources_per_worker=resources,
         use_tpu=tpu is not None,

@@ -836,8 +836,11 @@ def check_start_time_if_needed(r: Reconcile) -> Done:
 
 def update_cluster_status(r: Reconcile) -> Done:
     """Workers and validation pool counts, and Running (head, every worker and the driver
-    up) or Starting; a Running job with a worker being replaced stays Running."""
+    up; for an elastic job, ``minWorkers`` of the workers) or Starting; a Running job with a
+    worker being replaced stays Running."""
     desired_workers = sum(1 for d in r.desired if role_of(d) == "worker")
+    elastic_min = r.job.spec.scaling.elastic_min_workers
+    needed_workers = desired_workers if elastic_min is None else min(elastic_min, desired_workers)
     ready_workers = sum(
         1 for p in r.by_role.get("worker", []) if pod_ready(p) and not r.deleting(name_of(p))
     )
@@ -850,11 +853,13 @@ def update_cluster_status(r: Reconcile) -> Done:
     cluster_ready = (
         bool(heads)
         and all(pod_ready(p) for p in heads)
-        and ready_workers == desired_workers
+        and ready_workers >= needed_workers
         and bool(drivers)
         and pod_phase(drivers[0]) == PodPhase.RUNNING
     )
     workers = f"{ready_workers}/{desired_workers} workers ready"
+    if elastic_min is not None:
+        workers += f" (elastic: at least {needed_workers})"
     if cluster_ready:
         r.set_phase(Phase.RUNNING, Reason.RUNNING, workers)
         r.set_condition(
