@@ -11,11 +11,15 @@
 * ``k8s``: a real kube-apiserver + etcd (envtest), kube-scheduler placement, the chart applied.
 * ``node``: the real single-node cluster, images built from the Dockerfile.
 
-Two lanes run side by side: the light one (ruff, mypy, ``unit``, then ``k8s``) and the heavy
-one (``ray``, then ``node``: each keeps both cores busy). Provisioning (the Kubernetes
-binaries, the node's host side, the images; minutes from an empty cache, nothing when cached)
-runs in the background from the start, so ``unit`` and ``ray`` run while it builds; ``k8s``
-waits for the binaries and ``node`` for the images.
+Two lanes run side by side: the light one (ruff, mypy, ``unit``, ``k8s``, then ``node``) and
+the heavy one (``ray``, which keeps both cores busy). ``node`` starts when ``k8s`` ends, so that
+its set-up (the node, the chart, fake-gcs-server: a minute and more) runs while ``ray`` still
+does, but its scenarios, which load both cores too, wait for ``ray``'s end
+(:func:`tests.support.waiting.wait_for_suite_gate`): the two together overload 2 cores (Ray
+nodes then time out starting). Provisioning (the Kubernetes binaries, the node's host side, the
+images; minutes from an empty cache, nothing when cached) runs in the background from the
+start, so ``unit`` and ``ray`` run while it builds; ``k8s`` waits for the binaries and ``node``
+for the images. A tier's time in the closing table leaves out what it waited for another.
 
 The tiers' output goes to ``.test-logs/<tier>.log`` and is printed whole as each tier ends;
 the run ends with a table of each tier's time against its budget and one closing line
@@ -56,17 +60,18 @@ class Tier:
     lane: int  # tiers of one lane run one after another; lanes run side by side
     needs: str = ""  # "" | "kubernetes" | "node": what provisioning must have made first
     xdist_workers: int = 0  # pytest-xdist processes (0: none)
+    after: str = ""  # a tier whose end this one's heavy part waits for (its set-up does not)
 
 
 TIERS: tuple[Tier, ...] = (
-    # Lane 0, light: after ruff and mypy; k8s once the Kubernetes binaries exist.
+    # Lane 0, light: after ruff and mypy; k8s once the Kubernetes binaries exist; then node,
+    # which sets its cluster up while ray runs and starts its scenarios once ray ended.
     Tier("unit", QUICK_MARKERS, 5.0, lane=0),
     Tier("k8s", "k8s and not node", 8.0, lane=0, needs="kubernetes"),
-    # Lane 1, heavy: the two tiers that keep both cores busy (Ray clusters, pods), one at a
-    # time: together they overload 2 cores (Ray nodes then time out starting); ray first, so
-    # that it runs while the images build.
+    Tier("node", "node", 11.0, lane=0, needs="node", after="ray"),
+    # Lane 1, heavy: the Ray tier keeps both cores busy (Ray clusters, real processes) from
+    # the start, while the images build.
     Tier("ray", "(ray or slow) and not (k8s or node)", 16.0, lane=1, xdist_workers=2),
-    Tier("node", "node", 11.0, lane=1, needs="node"),
 )
 CHECKS: tuple[tuple[str, list[str]], ...] = (
     ("ruff", [sys.executable, "-m", "ruff", "check", "."]),
@@ -197,10 +202,53 @@ def failure_lines(junit: Path, limit: int = 600) -> list[str]:
     return lines
 
 
-def run_tier(tier: Tier, extra: Sequence[str], provisioning: Provisioning | None) -> Result:
-    """Run one tier's pytest, its output to ``.test-logs/<tier>.log``; print it at the end."""
+@dataclass
+class Gates:
+    """One file per tier of the run that another waits for, created when that tier ends
+    (whatever its outcome); its path goes to the waiting tier as ``TRAINJOB_SUITE_GATE``."""
+
+    files: dict[str, Path] = field(default_factory=dict)
+    opened_at: dict[str, float] = field(default_factory=dict)  # time.monotonic()
+
+    @classmethod
+    def for_tiers(cls, tiers: Sequence[Tier]) -> Gates:
+        names = {t.name for t in tiers}
+        gates = cls({t.after: LOGS / f".{t.after}.ended" for t in tiers if t.after in names})
+        for path in gates.files.values():
+            path.unlink(missing_ok=True)
+        return gates
+
+    def open(self, name: str) -> None:
+        if name in self.files:
+            self.opened_at[name] = time.monotonic()
+            self.files[name].touch()
+
+
+def run_tier(
+    tier: Tier,
+    extra: Sequence[str],
+    provisioning: Provisioning | None,
+    gates: Gates | None = None,
+) -> Result:
+    """Run one tier's pytest, its output to ``.test-logs/<tier>.log``; print it at the end.
+    Its time leaves out what it waited for the tier it comes after (``gates``)."""
+    try:
+        return _run_tier(tier, extra, provisioning, gates or Gates())
+    finally:
+        if gates is not None:
+            gates.open(tier.name)
+
+
+def _run_tier(
+    tier: Tier, extra: Sequence[str], provisioning: Provisioning | None, gates: Gates
+) -> Result:
     result = Result(tier.name)
     env = dict(os.environ)
+    gate = gates.files.get(tier.after)
+    if gate is not None:
+        from tests.support.waiting import SUITE_GATE_ENV
+
+        env[SUITE_GATE_ENV] = str(gate)
     if tier.needs and provisioning is not None:
         why = provisioning.wait(tier.needs)
         if why is not None:
@@ -225,7 +273,8 @@ def run_tier(tier: Tier, extra: Sequence[str], provisioning: Provisioning | None
         proc = subprocess.run(
             cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, check=False
         )
-    result.seconds = time.monotonic() - started
+    ended = time.monotonic()
+    result.seconds = ended - max(started, gates.opened_at.get(tier.after, started))
     result.returncode = proc.returncode
     result.passed, result.failed, result.skipped, result.errors = _counts(junit)
     with _print_lock:
@@ -292,13 +341,16 @@ def _lanes(
     extra: Sequence[str],
     provisioning: Provisioning | None,
     checks: bool,
+    gates: Gates | None = None,
 ) -> list[list[Callable[[], Result]]]:
     """The jobs of each lane, in order (the checks first in lane 0)."""
     lanes: list[list[Callable[[], Result]]] = [[run_checks] if checks else []]
     for tier in tiers:
         while len(lanes) <= tier.lane:
             lanes.append([])
-        job: Callable[[], Result] = lambda t=tier: run_tier(t, extra, provisioning)  # noqa: E731
+        job: Callable[[], Result] = lambda t=tier: run_tier(  # noqa: E731
+            t, extra, provisioning, gates
+        )
         lanes[tier.lane].append(job)
     return [lane for lane in lanes if lane]
 
@@ -338,7 +390,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             provisioning.start()
 
-    lanes = _lanes(tiers, extra, provisioning, checks=not args.no_checks)
+    gates = Gates.for_tiers(tiers)
+    lanes = _lanes(tiers, extra, provisioning, checks=not args.no_checks, gates=gates)
     lane_results: list[list[Result]] = [[] for _ in lanes]
 
     def run_lane(index: int) -> None:

@@ -64,3 +64,37 @@ def test_scenario_summary_lists_each_scenarios_long_waits(monkeypatch: Any) -> N
     assert lines[1].endswith(" s waiting for a slow thing") and len(lines) == 3, lines
     wait_for("no recording outside a scenario", lambda: True)
     assert len(outcome.waits) == 2
+
+
+def test_the_node_tier_sets_up_during_the_ray_tier_and_its_scenarios_wait_for_its_end(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The real-node tier runs in the light lane after k8s (its node and chart start while the
+    Ray tier runs); its scenarios wait on the Ray tier's gate file, which the Ray tier's end
+    creates, and a tier run without the Ray tier waits for nothing."""
+    import threading
+
+    from tests import suite
+    from tests.support import waiting
+
+    by_name = {t.name: t for t in suite.TIERS}
+    assert by_name["node"].after == "ray" and by_name["node"].lane != by_name["ray"].lane
+    monkeypatch.setattr(suite, "LOGS", tmp_path)
+    assert suite.Gates.for_tiers([by_name["node"]]).files == {}  # `--tier node`: no gate
+    gates = suite.Gates.for_tiers(list(suite.TIERS))
+    gate = gates.files["ray"]
+    assert gate.parent == tmp_path and not gate.exists()
+
+    monkeypatch.setenv(waiting.SUITE_GATE_ENV, str(gate))
+    waited: list[float] = []
+    waiter = threading.Thread(target=lambda: waited.append(waiting.wait_for_suite_gate("t")))
+    waiter.start()
+    waiter.join(1.5)
+    assert waiter.is_alive()  # the Ray tier has not ended: still waiting
+    gates.open("ray")
+    waiter.join(10)
+    assert not waiter.is_alive() and waited[0] >= 1.0
+    assert gate.exists() and "ray" in gates.opened_at
+    assert waiting.wait_for_suite_gate("t") == 0.0  # already open
+    monkeypatch.delenv(waiting.SUITE_GATE_ENV)
+    assert waiting.wait_for_suite_gate("t") == 0.0  # plain pytest

@@ -56,7 +56,7 @@ from tests.support.real_cluster import (
     terminate_a_worker_pod_gracefully,
     wait_for_a_committed_checkpoint,
 )
-from tests.support.waiting import wait_for
+from tests.support.waiting import wait_for, wait_for_suite_gate
 from trainer_runtime.checkpoint import COMMIT_MARKER
 from trainer_runtime.storage.factory import reset_storage_cache
 from trainjob_operator.sdk import TrainJobClient
@@ -120,6 +120,9 @@ def scenarios(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[Runn
     registered: the longest first, so that the short ones fill the gaps at the end."""
     selected = set(SCENARIOS.selected(request.session, __name__))
     names = [name for name in SCENARIOS.names() if name in selected]
+    # Under `make test` the node and the chart were set up while the Ray tier ran; the
+    # scenarios, which load both cores, start once it ended.
+    wait_for_suite_gate("the real-node scenarios")
     with SCENARIOS.start(
         names, lambda name: in_a_namespace(cluster, name), max_at_once=MAX_SCENARIOS_AT_ONCE
     ) as running:

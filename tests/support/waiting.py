@@ -59,3 +59,27 @@ def wait_for(
                 f"timed out after {timeout:.0f}s waiting for {what}; last value: {last!r}"
             )
         time.sleep(every)
+
+
+SUITE_GATE_ENV = "TRAINJOB_SUITE_GATE"
+"""A file that ``python -m tests.suite`` creates when the tier this one waits for has ended
+(:attr:`tests.suite.Tier.after`): the real-node tier starts its node while the Ray tier still
+runs, and its scenarios wait for the Ray tier's end, so that the two never load the cores at
+once. Unset (a tier run alone, plain pytest): nothing to wait for."""
+
+
+def wait_for_suite_gate(what: str) -> float:
+    """Block until the file named by :data:`SUITE_GATE_ENV` exists (when it is set); returns
+    the seconds waited. ``what`` says what waits, in the progress line."""
+    import os
+    from pathlib import Path
+
+    gate = os.environ.get(SUITE_GATE_ENV)
+    if not gate or Path(gate).exists():
+        return 0.0
+    started = time.monotonic()
+    print(f"{what}: waiting for the tier before it to end ({gate})", flush=True)
+    wait_for("the tier before this one to end", Path(gate).exists, timeout=3 * 3600, every=1.0)
+    waited = time.monotonic() - started
+    print(f"{what}: went on after {waited:.0f}s", flush=True)
+    return waited
