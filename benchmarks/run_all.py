@@ -32,7 +32,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import common, restore_section, sections, soak_section, templates
+from benchmarks import (
+    common,
+    data_section,
+    restore_section,
+    sections,
+    soak_section,
+    templates,
+)
 
 DOC = common.REPO_ROOT / "docs" / "benchmarks.md"
 IMG_DIR = common.REPO_ROOT / "docs" / "img"
@@ -48,6 +55,7 @@ BENCHES: dict[str, tuple[str, list[str]]] = {
     "operator": ("benchmarks/bench_operator.py", []),
     "scale": ("benchmarks/bench_scale.py", []),
     "restore": ("benchmarks/bench_restore.py", []),
+    "data": ("benchmarks/bench_data.py", []),
 }
 #: Not run by ``--quick`` (unless named with ``--only``): 1 GiB every 30 s takes ~25 minutes;
 #: restoring 1 GiB checkpoints (each framework writing its own runs first) ~20.
@@ -843,6 +851,7 @@ def render(runs: dict[str, dict[str, Any]] | None, quick: bool, write: bool = Tr
         ("scale", sections.render_scale, sections.plot_scale),
         ("restore", restore_section.render_restore, None),
         ("soak", soak_section.render_soak, None),
+        ("data", data_section.render_data, None),
     ):
         data = stored[name]
         if data is None:
