@@ -24,7 +24,9 @@ Phases:
    create to the last child);
 3. ``scale``: more TrainJobs in a burst until ``--total`` exist, then ``--settle-s`` seconds
    of steady state (every TrainJob's timer keeps firing): the operator's RSS at ``--total``
-   TrainJobs, and the CPU the operator, kube-apiserver and etcd use in steady state.
+   TrainJobs, and the CPU the operator, kube-apiserver and etcd use in steady state; then
+   ``--probe`` TrainJobs one at a time again: a new TrainJob's latency with ``--total``
+   others there (phase 1's figure at scale).
 
 Between the burst and the scale phase, three bounds of the burst's throughput on the same API
 server, each by a plain client that costs the operator nothing: :func:`bound` (the children
@@ -1037,6 +1039,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             time.sleep(args.settle_s)
             marks["settle_end"] = time.time()
             metrics = scrape_metrics(metrics_port)
+            # 3b. one at a time again, now that --total others exist: what a new TrainJob
+            # waits for its children on a loaded cluster (phase 1's figure, at scale).
+            probe = [f"probe-{i:04d}" for i in range(args.probe)]
+            marks["probe_start"] = time.time()
+            for name in probe:
+                create_jobs(api, tracker, [name], template)
+                if not tracker.wait_done([name], args.timeout_s):
+                    raise RuntimeError(f"{name}: children not all created in {args.timeout_s} s")
+            marks["probe_end"] = time.time()
+            if probe:
+                phases.append(phase_figures(tracker, probe, f"one at a time at {args.total}"))
+                print(_phase_line(phases[-1]), flush=True)
             # 4. drivers at work: progress updates of --running TrainJobs
             if args.running and args.running_s > 0:
                 marks["running_start"] = time.time()
@@ -1149,6 +1163,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--jobs", type=int, help="TrainJobs in the burst (200; 100 quick)")
     parser.add_argument("--total", type=int, help="TrainJobs at the end (1000; 250 quick)")
     parser.add_argument("--settle-s", type=float, help="steady state at --total (30 s; 10 quick)")
+    parser.add_argument(
+        "--probe",
+        type=int,
+        help="one-at-a-time TrainJobs once --total exist (as --sequential; 0: none)",
+    )
+    parser.add_argument(
+        "--name", default=NAME, help="the result's name (benchmarks/results/NAME.json)"
+    )
     parser.add_argument("--timeout-s", type=float, default=600.0, help="per phase")
     parser.add_argument(
         "--bound-concurrency", type=int, default=8, help="threads of the bound's plain client"
@@ -1167,6 +1189,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args.jobs = args.jobs if args.jobs is not None else (100 if args.quick else 200)
     args.total = args.total if args.total is not None else (250 if args.quick else 1000)
     args.settle_s = args.settle_s if args.settle_s is not None else (10.0 if args.quick else 30.0)
+    args.probe = args.probe if args.probe is not None else args.sequential
     args.running_s = (
         args.running_s if args.running_s is not None else (10.0 if args.quick else 30.0)
     )
@@ -1207,6 +1230,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "jobs": args.jobs,
             "total": args.total,
             "settle_s": args.settle_s,
+            "probe": args.probe,
             "bound_concurrency": args.bound_concurrency,
             "manifest": str(MANIFEST.relative_to(common.REPO_ROOT)),
             "timer_interval_s": 5.0,
@@ -1217,7 +1241,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "ray_train": "not applicable (no operator in Ray Train)",
         **result,
     }
-    common.write_result(NAME, data)
+    common.write_result(args.name, data)
     return data
 
 

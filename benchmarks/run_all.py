@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import (
     common,
     data_section,
+    operator_10k_section,
     restore_section,
     sections,
     soak_section,
@@ -56,10 +57,15 @@ BENCHES: dict[str, tuple[str, list[str]]] = {
     "scale": ("benchmarks/bench_scale.py", []),
     "restore": ("benchmarks/bench_restore.py", []),
     "data": ("benchmarks/bench_data.py", []),
+    "operator_10k": (
+        "benchmarks/bench_operator.py",
+        ["--total", "10000", "--name", "operator_10k", "--running", "0"],
+    ),
 }
 #: Not run by ``--quick`` (unless named with ``--only``): 1 GiB every 30 s takes ~25 minutes;
-#: restoring 1 GiB checkpoints (each framework writing its own runs first) ~20.
-NOT_QUICK = ("async_checkpoint_1gib", "restore")
+#: restoring 1 GiB checkpoints (each framework writing its own runs first) ~20; the operator
+#: taken to 10,000 TrainJobs.
+NOT_QUICK = ("async_checkpoint_1gib", "restore", "operator_10k")
 
 #: Results written up here but made elsewhere: ``soak`` by ``make soak`` (benchmarks/soak.py,
 #: the real node, about 25 minutes).
@@ -848,6 +854,7 @@ def render(runs: dict[str, dict[str, Any]] | None, quick: bool, write: bool = Tr
         ("startup_pods", sections.render_startup_pods, None),
         ("local", sections.render_local, sections.plot_local),
         ("operator", sections.render_operator, sections.plot_operator),
+        ("operator_10k", operator_10k_section.render_operator_10k, None),
         ("scale", sections.render_scale, sections.plot_scale),
         ("restore", restore_section.render_restore, None),
         ("soak", soak_section.render_soak, None),
