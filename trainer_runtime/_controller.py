@@ -578,6 +578,7 @@ class RayController(BaseController):
                     return scaling.for_group(size)
                 time.sleep(0.2)
                 continue
+            self._stop_if_driver_noticed()
             if now >= deadline:
                 raise UserConfigError(
                     f"could not place min_workers={scaling.min_workers} workers with "
@@ -949,7 +950,7 @@ class RayController(BaseController):
         return done
 
     def _make_group(self, scaling: ScalingConfig) -> Any:
-        return WorkerGroup(
+        group = WorkerGroup(
             scaling,
             env=self.spec.run.worker_env,
             runtime_env=self.spec.run.worker_runtime_env,
@@ -959,6 +960,24 @@ class RayController(BaseController):
                 *client_modules(self.spec.run.storage_path, self.spec.run.storage_filesystem),
             ),
         )
+        group.check_while_starting = self._stop_if_driver_noticed
+        return group
+
+    def _stop_if_driver_noticed(self) -> None:
+        """While a worker group is not running yet (waiting for its resources, its actors
+        starting): the driver's own termination notice stops the run at once. Nothing has
+        trained since the latest committed checkpoint, so nothing is lost, and the driver
+        leaves without waiting out its grace period for a group that would only save that
+        checkpoint again (a suspension or a restart right after a resume)."""
+        stop_at = driver_stop_time()
+        if stop_at is None:
+            return
+        logger.warning(
+            "Termination notice to the driver before the worker group runs: stopping now "
+            "(nothing trained since %s)",
+            self.manager.latest.path if self.manager.latest else "the start",
+        )
+        raise PreemptionStop(PreemptionInfo(int(stop_at * 1000), {}), driver=True)
 
 
 def ray_draining_nodes() -> dict[str, int]:

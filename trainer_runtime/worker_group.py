@@ -113,6 +113,10 @@ def prestarted_count(infos: Sequence[Mapping[str, Any]], requested: float) -> in
     )
 
 
+START_CHECK_S = 1.0
+"""How often :meth:`WorkerGroup.start` calls its ``check_while_starting`` while it waits."""
+
+
 class WorkerGroup:
     """Creates, addresses and tears down the worker actors of one attempt."""
 
@@ -147,6 +151,10 @@ class WorkerGroup:
         #: Seconds the raylets keep the idle processes :meth:`shutdown` asks for the next
         #: group (``TRAINJOB_PRESTART_KEEP_ALIVE_S``; read here so a bad value fails early).
         self.prestart_keep_alive_s = prestart_keep_alive_s()
+        #: Called about every :data:`START_CHECK_S` while :meth:`start` waits (for the
+        #: reservation, for the actors): raising from it abandons the start (the group is shut
+        #: down, the error goes on). The controller stops there on its driver's own notice.
+        self.check_while_starting: Callable[[], None] | None = None
 
     @property
     def world_size(self) -> int:
@@ -182,7 +190,11 @@ class WorkerGroup:
         start = time.monotonic()
         requested = time.time()
         actors = self._create_actors([(self._pg, i, b) for i, b in enumerate(self.bundles)])
-        ready, _ = ray.wait([self._pg.ready()], timeout=timeout)
+        try:
+            ready = self._wait_checking([self._pg.ready()], timeout)
+        except BaseException:
+            self.shutdown()
+            raise
         if not ready:
             available = ray.available_resources()
             self.shutdown()
@@ -202,7 +214,13 @@ class WorkerGroup:
                 "label_selector, or add nodes"
             )
         logger.info("Reserved %d worker slots in %.1fs", self.world_size, time.monotonic() - start)
-        infos = ray.get([a.node_info.remote() for a in actors])
+        infos_refs = [a.node_info.remote() for a in actors]
+        try:
+            self._wait_checking(infos_refs, None)
+        except BaseException:
+            self.shutdown()
+            raise
+        infos = ray.get(infos_refs)
         logger.info(
             "Started %d worker actors in %.1fs, %d in Ray worker processes started before "
             "they were asked for (prestarted)",
@@ -282,6 +300,25 @@ class WorkerGroup:
         )
 
     # -- TPU slices -------------------------------------------------------------------------
+    def _wait_checking(self, refs: list[Any], timeout: float | None) -> bool:
+        """``ray.wait`` for every one of ``refs`` (up to ``timeout`` seconds; None: no limit),
+        calling :attr:`check_while_starting` about every :data:`START_CHECK_S`; whether all
+        are ready."""
+        import ray
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pending = list(refs)
+        while pending:
+            if self.check_while_starting is not None:
+                self.check_while_starting()
+            step = START_CHECK_S
+            if deadline is not None:
+                step = min(step, deadline - time.monotonic())
+                if step <= 0:
+                    return False
+            _, pending = ray.wait(pending, num_returns=len(pending), timeout=step)
+        return True
+
     def _start_tpu(self) -> None:
         """Reserve every slice (all or nothing), then start one actor per TPU host.
 

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO_ROOT
+from tests.support.waiting import wait_for
 from trainer_runtime import Result
 from trainjob_operator.constants import DRIVER_PREEMPTED_EXIT_CODE
 
@@ -190,3 +191,75 @@ def test_sigterm_to_the_trainjob_driver_commits_a_last_checkpoint_and_exits_pree
     assert noticed_at < deadline_s < noticed_at + grace_s - 5
     folder = Path(stored.checkpoint.path)
     assert {p.name for p in folder.iterdir()} >= {"state.json", "rank0.txt", "rank1.txt"}
+
+
+@pytest.mark.timeout(180)
+def test_sigterm_to_a_driver_whose_workers_are_not_placed_yet_stops_it_at_once(
+    tmp_path: Path, ray_cluster: Any
+) -> None:
+    """The driver's pod deleted while its worker group waits for resources (a suspension or
+    a restart right after the driver started, the workers' pods not up yet): nothing trained
+    since the latest checkpoint, so the driver exits 3 at once, its reservation released,
+    instead of holding on until its grace period ends (or the workers come, only to save
+    that checkpoint again)."""
+    import ray
+
+    grace_s = 60
+    manifest = {
+        "apiVersion": "trainjob.dev/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "unplaced", "namespace": "ns"},
+        "spec": {
+            "entrypoint": "tests.faults.preemption_main:preemptible_train",
+            # More CPUs than the cluster has: the placement group stays pending.
+            "scaling": {
+                "numWorkers": 2,
+                "resourcesPerWorker": {"cpu": 64},
+                "placementTimeoutSeconds": 600,
+            },
+            "storage": {"path": str(tmp_path / "runs")},
+        },
+    }
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO_ROOT),
+        "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address,
+        "TRAINJOB_MANIFEST": json.dumps(manifest),
+        "TRAINJOB_TERMINATION_GRACE_PERIOD_S": str(grace_s),
+    }
+    env.pop("TRAINJOB_NAME", None)
+    log = tmp_path / "driver.log"
+
+    def pending_groups() -> list[str]:
+        table = ray.util.placement_group_table()
+        return [pg for pg, info in table.items() if info["state"] == "PENDING"]
+
+    before = set(pending_groups())
+    with log.open("w") as out:
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "trainjob_operator.launcher.driver"],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            waiting = wait_for(
+                "the driver's worker group waiting for its resources",
+                lambda: (set(pending_groups()) - before) or driver.poll() is not None,
+                timeout=120,
+            )
+            assert driver.poll() is None, log.read_text()[-4000:]
+            sent = time.monotonic()
+            driver.send_signal(signal.SIGTERM)
+            code = driver.wait(60)
+            stopped_in = time.monotonic() - sent
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+    text = log.read_text()
+    assert code == DRIVER_PREEMPTED_EXIT_CODE, text[-4000:]
+    assert "before the worker group runs" in text, text[-4000:]
+    assert stopped_in < 15, (stopped_in, text[-4000:])  # not the grace period's 50 s
+    # Its reservation was given back (the group was shut down, not left pending).
+    assert not set(pending_groups()) & set(waiting), ray.util.placement_group_table()
