@@ -323,6 +323,16 @@ def create_jobs(
     return {"submit_s": time.time() - t0, "post_ms_p50": common.median(post_s) * 1e3}
 
 
+def one_at_a_time(
+    api: Api, tracker: Tracker, names: list[str], template: dict[str, Any], timeout_s: float
+) -> None:
+    """Create each TrainJob of ``names`` once the previous one's children all exist."""
+    for name in names:
+        create_jobs(api, tracker, [name], template)
+        if not tracker.wait_done([name], timeout_s):
+            raise RuntimeError(f"{name}: children not all created in {timeout_s} s")
+
+
 def phase_figures(tracker: Tracker, names: list[str], label: str) -> dict[str, Any]:
     """Latency percentiles and throughput of one phase's TrainJobs."""
     with tracker.lock:
@@ -972,10 +982,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             # 1. sequential
             seq = [f"seq-{i:04d}" for i in range(args.sequential)]
             marks["sequential_start"] = time.time()
-            for name in seq:
-                create_jobs(api, tracker, [name], template)
-                if not tracker.wait_done([name], args.timeout_s):
-                    raise RuntimeError(f"{name}: children not all created in {args.timeout_s} s")
+            one_at_a_time(api, tracker, seq, template, args.timeout_s)
             phases.append(phase_figures(tracker, seq, "sequential"))
             print(_phase_line(phases[-1]), flush=True)
             # 2. burst
@@ -1043,10 +1050,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             # waits for its children on a loaded cluster (phase 1's figure, at scale).
             probe = [f"probe-{i:04d}" for i in range(args.probe)]
             marks["probe_start"] = time.time()
-            for name in probe:
-                create_jobs(api, tracker, [name], template)
-                if not tracker.wait_done([name], args.timeout_s):
-                    raise RuntimeError(f"{name}: children not all created in {args.timeout_s} s")
+            one_at_a_time(api, tracker, probe, template, args.timeout_s)
             marks["probe_end"] = time.time()
             if probe:
                 phases.append(phase_figures(tracker, probe, f"one at a time at {args.total}"))
