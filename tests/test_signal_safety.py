@@ -17,15 +17,25 @@ SIGNALS_FOR_S = 1.0
 
 CASES = {
     "preemption notice (the driver's and the workers' SIGTERM handler)": """
+        import os
+        import types
+
         from trainer_runtime import preemption
 
-        def handler(signum, frame):
-            preemption._sigterm_deadline_ms = None  # every signal a first notice
-            preemption._on_sigterm(signum, frame)
+        # A notice already recorded makes the handler terminate the process (a second
+        # SIGTERM): here that path only records the call, so both paths run, many times.
+        preemption.os = types.SimpleNamespace(
+            environ=os.environ, getpid=os.getpid, kill=lambda pid, sig: None
+        )
+        preemption.signal = types.SimpleNamespace(
+            SIGTERM=15, SIG_DFL=0, signal=lambda sig, handler: None
+        )
+        handler = preemption._on_sigterm
 
         def busy():
             preemption.local_notice()
             preemption.driver_stop_time()
+            preemption._sigterm_deadline_ms = None  # the next signal a first notice again
     """,
     "ray_node's termination notice (RayNode._noticed)": """
         from trainjob_operator.launcher.ray_node import RayNode
