@@ -56,6 +56,7 @@ import copy
 import http.client
 import json
 import os
+import signal
 import socket
 import ssl
 import subprocess
@@ -1199,6 +1200,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
 
     common.setup_paths()
+    # A stopped benchmark (SIGTERM, as run_all's caller or a user sends) unwinds through its
+    # finally blocks: the operator process and the API server stop with it instead of running
+    # on (an operator left at 10,000 TrainJobs took a core from whatever ran next).
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     result = run(args)
     print(
         f"[operator] RSS idle {result['rss_idle_mib']:.1f} MiB, at {result['total_jobs']} "
