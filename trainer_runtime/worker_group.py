@@ -299,7 +299,6 @@ class WorkerGroup:
             ]
         )
 
-    # -- TPU slices -------------------------------------------------------------------------
     def _wait_checking(self, refs: list[Any], timeout: float | None) -> bool:
         """``ray.wait`` for every one of ``refs`` (up to ``timeout`` seconds; None: no limit),
         calling :attr:`check_while_starting` about every :data:`START_CHECK_S`; whether all
@@ -319,6 +318,7 @@ class WorkerGroup:
             _, pending = ray.wait(pending, num_returns=len(pending), timeout=step)
         return True
 
+    # -- TPU slices -------------------------------------------------------------------------
     def _start_tpu(self) -> None:
         """Reserve every slice (all or nothing), then start one actor per TPU host.
 

@@ -303,6 +303,13 @@ class Reconcile:
                 self.plan.delete_grace_seconds[name_of(pod)] = grace
         return now
 
+    def tear_down_driver_first(self, pods: list[dict[str, Any]]) -> None:
+        """:meth:`delete_pods_driver_first`, and a reconcile again within a second while some
+        of ``pods`` wait for the driver to end (the head and the workers)."""
+        deleted = self.delete_pods_driver_first(pods)
+        if any(not terminating(p) and p not in deleted for p in pods):
+            self.plan.requeue_at_most(1.0)
+
     def pod_failed(self, pod: dict[str, Any], reason: str, message: str) -> bool:
         """A head or driver pod failed or was disrupted: ``failure.rules`` and the defaults
         (:func:`decide_pod_failure`) decide between failing the job, a restart not counted
@@ -421,9 +428,7 @@ def check_suspend_if_needed(r: Reconcile) -> Done:
     :data:`NOTHING_TO_SAVE_GRACE_SECONDS`)."""
     if not r.job.spec.suspend:
         return False
-    deleted = r.delete_pods_driver_first(r.pods)
-    if any(not terminating(p) and p not in deleted for p in r.pods):
-        r.plan.requeue_at_most(1.0)  # the head and the workers once the driver ended
+    r.tear_down_driver_first(r.pods)
     r.set_phase(Phase.SUSPENDED, Reason.SUSPENDED, "suspended: cluster torn down, checkpoints kept")
     r.set_condition(ConditionType.SUSPENDED, True, Reason.SUSPENDED, "spec.suspend is true")
     r.set_condition(ConditionType.RUNNING, False, Reason.SUSPENDED, "suspended")
@@ -453,9 +458,7 @@ def check_stale_pods_if_needed(r: Reconcile) -> Done:
     """Pods of an earlier attempt (before a whole-cluster restart) are deleted, the driver
     first while its Ray head is up (:func:`pods_to_delete_now`); the next attempt's pods of
     the same names are created once the old ones are gone."""
-    now = r.delete_pods_driver_first(r.stale_pods)
-    if any(not terminating(p) and p not in now for p in r.stale_pods):
-        r.plan.requeue_at_most(1.0)  # the rest once the old driver ended
+    r.tear_down_driver_first(r.stale_pods)
     return False
 
 
