@@ -130,6 +130,29 @@ def test_sigterm_to_a_ray_worker_restarts_the_worker_group_in_place_from_the_fin
     assert "checkpoint" not in finished  # no PreemptionError
 
 
+def _start_driver(
+    manifest: dict[str, Any], ray_cluster: Any, grace_s: int, out: Any
+) -> subprocess.Popen[bytes]:
+    """``python -m trainjob_operator.launcher.driver`` for ``manifest`` on the session's Ray
+    cluster, as in its pod (the grace period the operator sets), its output to ``out``; no
+    API server, so its status goes nowhere."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO_ROOT),
+        "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address,
+        "TRAINJOB_MANIFEST": json.dumps(manifest),
+        "TRAINJOB_TERMINATION_GRACE_PERIOD_S": str(grace_s),
+    }
+    env.pop("TRAINJOB_NAME", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "trainjob_operator.launcher.driver"],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
+
+
 @pytest.mark.timeout(240)
 def test_sigterm_to_the_trainjob_driver_commits_a_last_checkpoint_and_exits_preempted(
     tmp_path: Path, ray_cluster: Any
@@ -153,23 +176,9 @@ def test_sigterm_to_the_trainjob_driver_commits_a_last_checkpoint_and_exits_pree
             "storage": {"path": str(storage)},
         },
     }
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO_ROOT),
-        "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address,
-        "TRAINJOB_MANIFEST": json.dumps(manifest),
-        "TRAINJOB_TERMINATION_GRACE_PERIOD_S": str(grace_s),
-    }
-    env.pop("TRAINJOB_NAME", None)  # no API server: status goes nowhere
     log = tmp_path / "driver.log"
     with log.open("w") as out:
-        driver = subprocess.Popen(
-            [sys.executable, "-m", "trainjob_operator.launcher.driver"],
-            cwd=REPO_ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+        driver = _start_driver(manifest, ray_cluster, grace_s, out)
         try:
             while not ready.exists() or not ready.read_text():
                 assert driver.poll() is None, log.read_text()[-4000:]
@@ -220,14 +229,6 @@ def test_sigterm_to_a_driver_whose_workers_are_not_placed_yet_stops_it_at_once(
             "storage": {"path": str(tmp_path / "runs")},
         },
     }
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO_ROOT),
-        "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address,
-        "TRAINJOB_MANIFEST": json.dumps(manifest),
-        "TRAINJOB_TERMINATION_GRACE_PERIOD_S": str(grace_s),
-    }
-    env.pop("TRAINJOB_NAME", None)
     log = tmp_path / "driver.log"
 
     def pending_groups() -> list[str]:
@@ -236,13 +237,7 @@ def test_sigterm_to_a_driver_whose_workers_are_not_placed_yet_stops_it_at_once(
 
     before = set(pending_groups())
     with log.open("w") as out:
-        driver = subprocess.Popen(
-            [sys.executable, "-m", "trainjob_operator.launcher.driver"],
-            cwd=REPO_ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+        driver = _start_driver(manifest, ray_cluster, grace_s, out)
         try:
             waiting = wait_for(
                 "the driver's worker group waiting for its resources",
