@@ -214,7 +214,9 @@ def apply_env(always: dict[str, str], defaults: dict[str, str]) -> None:
         os.environ.setdefault(key, value)
 
 
-def _wait_pg(pg: Any, deadline: float) -> bool:
+def wait_pg_ready(pg: Any, deadline: float) -> bool:
+    """Wait until ``pg`` is reserved or ``deadline`` (``time.monotonic()``) passes; whether it
+    is reserved. The default ``wait_ready`` of :func:`reserve_slice`."""
     import ray
 
     ready, _ = ray.wait([pg.ready()], timeout=max(0.0, deadline - time.monotonic()))
@@ -242,12 +244,15 @@ def reserve_slice(
     deadline: float,
     taken: Collection[str | None],
     track: Callable[[Any], Any],
+    wait_ready: Callable[[Any, float], bool] = wait_pg_ready,
 ) -> SliceReservation:
     """Reserve one slice as one placement group of one bundle per host.
 
     ``taken``: the names of the slices this group reserved already; ``track`` is called
     with every placement group created, before it is waited for, so that the group can
-    remove it whatever happens next.
+    remove it whatever happens next; ``wait_ready(pg, deadline)`` waits for a placement group
+    (the worker group passes one that also looks for its driver's stop notice every second,
+    so a driver told to stop does not sit out the placement timeout).
 
     Multi-host slices follow Ray's own TPU utilities (``ray/util/tpu.py``,
     ``SlicePlacementGroup`` / ``reserve_tpu_slice``, and the resources
@@ -281,7 +286,7 @@ def reserve_slice(
     if not shape.multi_host:
         single = {**bundle, f"accelerator_type:{shape.ray_accelerator_type}": 0.001}
         pg = track(placement_group([single], strategy="STRICT_PACK"))
-        if not _wait_pg(pg, deadline):
+        if not wait_ready(pg, deadline):
             raise _timeout(
                 scaling, shape, what, f"no node with {single} free (a {shape.pod_type} TPU VM)"
             )
@@ -308,7 +313,7 @@ def reserve_slice(
         ]
     else:
         head_pg = track(placement_group([{shape.head_resource: 1.0}]))
-        if not _wait_pg(head_pg, deadline):
+        if not wait_ready(head_pg, deadline):
             raise _timeout(
                 scaling,
                 shape,
@@ -328,7 +333,7 @@ def reserve_slice(
         name = found
         bundles = [{**bundle, name: 1.0} for _ in range(shape.hosts)]
     pg = track(placement_group(bundles, strategy="STRICT_SPREAD"))
-    if not _wait_pg(pg, deadline):
+    if not wait_ready(pg, deadline):
         raise _timeout(
             scaling, shape, what, f"slice {name!r} did not have {shape.hosts} free host(s)"
         )

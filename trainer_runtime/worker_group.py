@@ -299,6 +299,10 @@ class WorkerGroup:
             ]
         )
 
+    def _wait_pg_checking(self, pg: Any, deadline: float) -> bool:
+        """:meth:`_wait_checking` for one placement group, up to ``deadline`` (monotonic)."""
+        return self._wait_checking([pg.ready()], max(0.0, deadline - time.monotonic()))
+
     def _wait_checking(self, refs: list[Any], timeout: float | None) -> bool:
         """``ray.wait`` for every one of ``refs`` (up to ``timeout`` seconds; None: no limit),
         calling :attr:`check_while_starting` about every :data:`START_CHECK_S`; whether all
@@ -336,7 +340,15 @@ class WorkerGroup:
         for slice_id in range(self.scaling.num_slices):
             taken = [r.name for r in self.tpu_slices]
             self.tpu_slices.append(
-                reserve_slice(self.scaling, shape, slice_id, deadline, taken, self._track)
+                reserve_slice(
+                    self.scaling,
+                    shape,
+                    slice_id,
+                    deadline,
+                    taken,
+                    self._track,
+                    wait_ready=self._wait_pg_checking,
+                )
             )
         logger.info(
             "Reserved %d TPU slice(s) of %s (%s) in %.1fs: %s",
@@ -350,7 +362,9 @@ class WorkerGroup:
             (r.pg, index, r.bundles[index]) for r in self.tpu_slices for index in r.host_order
         ]
         actors = self._create_actors(placements)
-        infos = ray.get([a.node_info.remote() for a in actors])
+        infos_refs = [a.node_info.remote() for a in actors]
+        self._wait_checking(infos_refs, None)
+        infos = ray.get(infos_refs)
         local = _local_ranks([info["node_id"] for info in infos])
         slice_of = [r for r in self.tpu_slices for _ in r.host_order]
         self.workers = [

@@ -623,6 +623,44 @@ def test_impossible_requests_fail_with_a_clear_timeout_error(
     assert "0 v6e-64 slice(s), TPU heads {TPU-v6e-16-head: 2 (2 free), TPU-v6e-8-head: 1" in text
 
 
+def test_a_stop_while_waiting_for_a_slice_ends_the_wait_at_once(
+    fake_tpu_cluster: FakeTpuCluster,
+) -> None:
+    """A third slice the FAKE cluster lacks, with a long placement timeout: the group's
+    ``check_while_starting`` (the driver's stop notice) is called every second while it waits
+    for the slice, and raising from it ends the start within seconds, every slice released."""
+    import ray
+
+    class Stop(Exception):
+        pass
+
+    calls: list[float] = []
+
+    def stop_on_the_sixth_call() -> None:
+        calls.append(time.monotonic())
+        if len(calls) >= 6:
+            raise Stop
+
+    group = WorkerGroup(
+        ScalingConfig(num_workers=12, num_slices=3, placement_timeout_s=120, **V6E_4X4)
+    )
+    group.check_while_starting = stop_on_the_sixth_call
+    started = time.monotonic()
+    with pytest.raises(Stop):
+        group.start()
+    assert time.monotonic() - started < 30  # not the 120 s placement timeout
+    # Called again and again while the third slice is waited for (about once a second).
+    assert len(calls) == 6 and calls[-1] - calls[0] >= 2.0, calls
+    wait_for(
+        "both slices free again",
+        lambda: (
+            ray.available_resources().get("slice-a") == 4
+            and ray.available_resources().get("slice-b") == 4
+        ),
+        timeout=30,
+    )
+
+
 def test_the_slice_count_is_inferred_from_the_workers_as_ray_does() -> None:
     assert ScalingConfig(num_workers=8, **V6E_4X4).num_slices == 2
     assert ScalingConfig(num_workers=4, **V6E_4X4).num_slices == 1
