@@ -846,8 +846,11 @@ AS_IN_THE_IMAGE = (
 )
 
 
-def start_operator(env: Any, workdir: Path) -> tuple[subprocess.Popen[bytes], int, Path]:
-    """``trainjob operator --namespace bench`` as a subprocess; waits for its liveness probe."""
+def start_operator(
+    env: Any, workdir: Path, prelude: str = ""
+) -> tuple[subprocess.Popen[bytes], int, Path]:
+    """``trainjob operator --namespace bench`` as a subprocess; waits for its liveness probe.
+    ``prelude``: Python run in the operator's process before it starts (a profiler's hook)."""
     from tests.support.ports import free_port
 
     kubeconfig = env.write_kubeconfig(workdir / "kubeconfig")
@@ -857,7 +860,7 @@ def start_operator(env: Any, workdir: Path) -> tuple[subprocess.Popen[bytes], in
     cmd = [
         sys.executable,
         "-c",
-        AS_IN_THE_IMAGE,
+        prelude + AS_IN_THE_IMAGE,
         "operator",
         "--namespace",
         NAMESPACE,
