@@ -32,7 +32,12 @@ from typing import Any
 os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
 
 from tests.compat.workloads import preemptible_train, read_step
-from tests.faults.preemption_main import drain_for_preemption, scenario_main, spare_node_cluster
+from tests.faults.preemption_main import (
+    add_node,
+    drain_for_preemption,
+    scenario_main,
+    spare_node_cluster,
+)
 
 APIS = ("ray.train", "trainer_runtime")
 #: The drain's deadline: Ray Train keeps the workers running until it passes.
@@ -163,7 +168,7 @@ def _replace_drained(cluster: Any, nodes: list[Any], seen: dict[str, Any]) -> No
         if seen.get("removed_node") != node.node_id:
             cluster.remove_node(node)
         nodes.remove(node)
-        nodes.append(cluster.add_node(num_cpus=1))
+        nodes.append(add_node(cluster))
     cluster.wait_for_nodes()
 
 

@@ -251,6 +251,21 @@ def _started_cluster() -> tuple[Any, list[Any]]:
     raise AssertionError("unreachable")
 
 
+def add_node(cluster: Any) -> Any:
+    """``cluster.add_node(num_cpus=1)``, again (up to :data:`CLUSTER_STARTS` tries) when Ray
+    gives up on the node's start (its fixed 30 s: under a loaded machine a raylet can take
+    longer to get the GCS's config, or die waiting for it, as in a run beside the Kubernetes
+    build). Used for the nodes that replace a drained one, in a cluster already running."""
+    for attempt in range(1, CLUSTER_STARTS + 1):
+        try:
+            return cluster.add_node(num_cpus=1)
+        except Exception as exc:  # Ray raises a bare Exception for it
+            if "timed out during startup" not in str(exc) or attempt == CLUSTER_STARTS:
+                raise
+            print(f"a Ray node timed out starting (attempt {attempt}); again", file=sys.stderr)
+    raise AssertionError("unreachable")
+
+
 @contextlib.contextmanager
 def spare_node_cluster() -> Iterator[tuple[Any, list[Any]]]:
     """A Ray cluster of this process's own (``ray.cluster_utils.Cluster``): a head without
