@@ -96,6 +96,32 @@ def test_quickstart_runs_on_embedded_ray_with_validation(tmp_path: Path) -> None
     assert (run / "checkpoint_manifest.json").exists()
 
 
+@pytest.mark.ray
+def test_datasets_built_with_rows_in_the_object_store_reach_the_workers(tmp_path: Path) -> None:
+    """spec.data with the quickstart's ``build_datasets`` (``ray.data.from_items``: its rows go
+    to Ray's object store as the dataset is built): ``trainjob run`` starts its Ray before it
+    calls the datasets function (before, the function started a Ray of its own and the run
+    failed with "Maybe you called ray.init twice"), and the workers train on the rows that
+    Ray Data's ``map_batches`` tagged on the local node."""
+    out = tmp_path / "status.json"
+    manifest = _manifest(
+        tmp_path,
+        entrypoint="examples.quickstart.train:train_func_on_datasets",
+        data={"datasets": "examples.quickstart.train:build_datasets"},
+        checkpoint={"uploadMode": "async", "numToKeep": 2},
+    )
+    doc = yaml.safe_load(manifest.read_text())
+    del doc["spec"]["validation"]
+    doc["spec"]["config"].update({"epochs": 1, "samples": 2048})
+    manifest.write_text(yaml.safe_dump(doc))
+    proc = _trainjob("run", str(manifest), "--output", str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    status = json.loads(out.read_text())["status"]
+    assert status["phase"] == "Succeeded" and status["progress"]["step"] == 0, status
+    metrics = status["latestCheckpoint"]["metrics"]
+    assert len(metrics["ingest_nodes"]) == 1 and metrics["data_pool_nodes"] == [], metrics
+
+
 @pytest.mark.slow  # trainjob run in a child process
 def test_local_mode_override_runs_in_one_process(tmp_path: Path) -> None:
     proc = _trainjob("run", str(_manifest(tmp_path)), "--num-workers", "0")

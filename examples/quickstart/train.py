@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,12 +46,76 @@ def train_func(config: dict[str, Any]) -> None:
     checkpoints at once; the runtime then stops it, and the resumed run repeats that epoch
     from those weights.
     """
-    epochs = int(config.get("epochs", 3))
-    lr = float(config.get("lr", 0.05))
     batch_size = int(config.get("batch_size", 64))
     loader = prepare_data_loader(
         DataLoader(make_spirals(8192, seed=0), batch_size=batch_size, shuffle=True)
     )
+    _train(config, lambda: loader, dict)
+
+
+def build_datasets(config: dict[str, Any]) -> dict[str, Any]:
+    """The training spirals as a Ray Data dataset, ``{"train": ...}``: a TrainJob's
+    ``spec.data.datasets`` (called on the driver). A ``map_batches`` step tags every row with
+    the Ray node that ran it (``node``, 12 characters), so a run can show where its data work
+    ran (in a TrainJob: the data pool's nodes)."""
+    import ray
+
+    data = make_spirals(int(config.get("samples", 8192)), seed=0)
+    features, labels = data.tensors[0].numpy(), data.tensors[1].numpy()
+    rows = [{"x": features[i], "y": int(labels[i])} for i in range(len(labels))]
+    blocks = int(config.get("data_blocks", 4))
+    dataset = ray.data.from_items(rows, override_num_blocks=blocks)
+    return {"train": dataset.map_batches(_tag_with_node, batch_size=None)}
+
+
+def _tag_with_node(batch: dict[str, Any]) -> dict[str, Any]:
+    import numpy as np
+    import ray
+
+    node = ray.get_runtime_context().get_node_id()[:12]
+    batch["node"] = np.array([node] * len(batch["y"]))
+    return batch
+
+
+def train_func_on_datasets(config: dict[str, Any]) -> None:
+    """:func:`train_func` reading its batches from ``get_dataset_shard("train")`` (the
+    datasets of :func:`build_datasets`, streamed to each worker by Ray Data) instead of a
+    DataLoader. Each report also carries ``ingest_nodes``, the Ray nodes that ran the
+    ``map_batches`` of the rows this rank read, and ``data_pool_nodes``, the alive Ray nodes
+    labelled ``trainjob.dev/pool=data``."""
+    import numpy as np
+    import ray
+
+    batch_size = int(config.get("batch_size", 64))
+    shard = tr.get_dataset_shard("train")
+    seen: set[str] = set()
+
+    def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for batch in shard.iter_batches(batch_size=batch_size, batch_format="numpy"):
+            seen.update(str(node) for node in batch["node"])
+            x = torch.as_tensor(np.stack(batch["x"]), dtype=torch.float32)
+            yield x, torch.as_tensor(batch["y"], dtype=torch.long)
+
+    def where() -> dict[str, Any]:
+        pool = [
+            node["NodeID"][:12]
+            for node in ray.nodes()
+            if node["Alive"] and (node.get("Labels") or {}).get("trainjob.dev/pool") == "data"
+        ]
+        return {"ingest_nodes": sorted(seen), "data_pool_nodes": sorted(pool)}
+
+    _train(config, batches, where)
+
+
+def _train(
+    config: dict[str, Any],
+    epoch_batches: Callable[[], Iterable[tuple[torch.Tensor, torch.Tensor]]],
+    more_metrics: Callable[[], dict[str, Any]],
+) -> None:
+    """The training loop of :func:`train_func`: ``epoch_batches()`` gives one epoch's
+    ``(x, y)`` batches; ``more_metrics()`` is added to each epoch's report."""
+    epochs = int(config.get("epochs", 3))
+    lr = float(config.get("lr", 0.05))
     model = make_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=lr / 10)
     start_epoch = 0
@@ -67,7 +132,7 @@ def train_func(config: dict[str, Any]) -> None:
     preempted = False
     for epoch in range(start_epoch, epochs):
         total, count = 0.0, 0
-        for batch, (x, y) in enumerate(loader):
+        for batch, (x, y) in enumerate(epoch_batches()):
             loss = nn.functional.cross_entropy(model(x), y)
             optimizer.zero_grad()
             loss.backward()
@@ -93,7 +158,7 @@ def train_func(config: dict[str, Any]) -> None:
         # spec.checkpoint.uploadMode and spec.validation), so this call stays the same
         # everywhere; pass checkpoint_upload_mode=/validate_fn= here to override them.
         tr.report(
-            {"epoch": epoch, "train_loss": total / max(count, 1)},
+            {"epoch": epoch, "train_loss": total / max(count, 1), **more_metrics()},
             checkpoint=_save(model, optimizer, epoch, rank),
         )
 

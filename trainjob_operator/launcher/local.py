@@ -295,11 +295,15 @@ def run_command(args: argparse.Namespace) -> int:
         workers=plan.num_workers,
         score_attribute=score_attribute,
     )
-    try:
-        trainer = build_trainer(plan, [tracker, display])
-    except ValueError as exc:
-        print(f"{args.manifest}: {exc}", file=sys.stderr)
-        return EXIT_INVALID
+    trainer = None
+    if plan.num_workers == 0 or plan.datasets_fn is None:
+        try:
+            trainer = build_trainer(plan, [tracker, display])
+        except ValueError as exc:
+            print(f"{args.manifest}: {exc}", file=sys.stderr)
+            return EXIT_INVALID
+    # else: built once Ray runs (in _run), because the datasets function needs it
+    # (ray.data.from_items puts its rows in Ray's object store, which would start a second Ray).
     log_handler = DisplayLogHandler(display, logging.INFO if verbose else logging.WARNING)
     root = logging.getLogger()
     root.addHandler(log_handler)
@@ -308,7 +312,7 @@ def run_command(args: argparse.Namespace) -> int:
         logging.getLogger(name).setLevel(logging.INFO if verbose else logging.WARNING)
     logging.captureWarnings(True)  # Python warnings too go through the display
     try:
-        return _run(job, plan, trainer, tracker, display, verbose, args.output, out)
+        return _run(job, plan, trainer, tracker, display, verbose, args.output, out, args.manifest)
     finally:
         display.stop()
         logging.captureWarnings(False)
@@ -324,7 +328,9 @@ def _run(
     verbose: bool,
     output: str | None,
     out: TextIO,
+    manifest: str,
 ) -> int:
+    """Start Ray (for Ray workers), build the trainer when ``trainer`` is None, fit, report."""
     mode = "in this process" if plan.num_workers == 0 else f"{plan.num_workers} Ray worker(s)"
     display.message(
         f"TrainJob {job.metadata.name}: {job.spec.entrypoint} on {mode}, storage "
@@ -334,10 +340,17 @@ def _run(
 
     sink: WorkerLogSink | None = None
     error: BaseException | None = None
+    invalid: ValueError | None = None
     try:
         if plan.num_workers > 0:
             sink = _start_ray(plan, display, verbose)
-        trainer.fit()
+        if trainer is None:
+            try:
+                trainer = build_trainer(plan, [tracker, display])
+            except ValueError as exc:  # what the datasets function returned, named
+                invalid = exc
+        if trainer is not None:
+            trainer.fit()
     except TrainerRuntimeError as exc:  # TrainingFailedError, and any error the runtime names
         error = exc
     except KeyboardInterrupt:
@@ -345,6 +358,9 @@ def _run(
     finally:
         if plan.num_workers > 0:
             _stop_ray(sink)
+    if invalid is not None:
+        print(f"{manifest}: {invalid}", file=sys.stderr)
+        return EXIT_INVALID
     status = tracker.finish(error)
     display.close(status)
     document = {
