@@ -235,7 +235,7 @@ def fail_first_worker_and_wait_for_its_replacement(
 def test_a_pod_change_is_reconciled_at_once_through_the_pod_watch(
     kube: KubeClient, operator: RunningOperator
 ) -> None:
-    # The TrainJob itself does not change, so its timer ticks skip it until the 60 s resync:
+    # The TrainJob itself does not change, so its timer ticks skip it until the resync (10 min):
     # only the pod watch (trainjob_operator.pod_watch) can bring the reconcile within 15 s.
     from prometheus_client import REGISTRY
 
