@@ -163,6 +163,7 @@ _CHANGES: dict[str, Any] = {
     "keepDriverPod": "Never",
     "ray.version": "2.61.0",
     "ray.head.resources": {"cpu": "2"},
+    "ray.driver.resources": {"cpu": "2", "memory": "4Gi"},
     "ray.dashboard.service": True,
 }
 #: Fields whose change is not a re-render but a lifecycle action (what the operator does).

@@ -135,6 +135,10 @@ RAY_DATA_VALIDATION = {
 }
 """The quickstart scenario's validation: scored with Ray Data on a pool pod of one CPU."""
 
+DATA_DRIVER_RESOURCES = {"cpu": POD_CPU, "memory": "1Gi"}
+"""The quickstart scenario's ``spec.ray.driver.resources``: its ``spec.data`` datasets hold their
+rows in the driver node's object store (the chart's default here, 512Mi, ran out of memory)."""
+
 
 def test_operator_runs_in_cluster_from_its_image(cluster: Cluster) -> None:
     pods = cluster.core.list_namespaced_pod(OPERATOR_NAMESPACE).items
@@ -668,6 +672,16 @@ def quickstart_trains_to_success_in_containers(scene: Scene) -> None:
     # Validation scores with Ray Data (map_batches): its tasks must run on the pool's nodes.
     job, bucket = job_manifest(cluster, namespace, {"epochs": epochs}, validation=True)
     job["spec"]["validation"].update(RAY_DATA_VALIDATION)
+    # The workers read their batches from Ray Data (spec.data: the datasets built on the
+    # driver, their map_batches on the data pool's pod, streamed to the workers).
+    job["spec"]["entrypoint"] = "examples.quickstart.train:train_func_on_datasets"
+    job["spec"]["data"] = {
+        "datasets": "examples.quickstart.train:build_datasets",
+        "pool": {"replicas": 1, "resources": {"cpu": POD_CPU}},
+    }
+    # The datasets' rows (ray.data.from_items) live in the driver node's object store, and
+    # Ray Data's split coordinator runs there: the chart default here (512Mi) is too small.
+    job["spec"]["ray"]["driver"] = {"resources": DATA_DRIVER_RESOURCES}
     cluster.custom.create_namespaced_custom_object(
         "trainjob.dev", "v1alpha1", namespace, "trainjobs", job
     )
@@ -690,6 +704,11 @@ def quickstart_trains_to_success_in_containers(scene: Scene) -> None:
     metrics = best["metrics"]
     assert metrics["data_nodes"], metrics
     assert set(metrics["data_nodes"]) <= set(metrics["validation_nodes"]), metrics
+    # Every row rank 0 trained on was prepared (map_batches) on the data pool's node: not on
+    # a worker's, the head's or the validation pool's.
+    assert len(metrics["data_pool_nodes"]) == 1, metrics
+    assert set(metrics["ingest_nodes"]) == set(metrics["data_pool_nodes"]), metrics
+    assert not set(metrics["data_pool_nodes"]) & set(metrics["validation_nodes"]), metrics
     # Validation ran on the pool scaled up from 0 (every checkpoint validated).
     assert status["validations"]["done"] == epochs
     assert status["validations"]["failed"] == 0
@@ -714,9 +733,9 @@ def quickstart_trains_to_success_in_containers(scene: Scene) -> None:
     assert row[0] == JOB and row[1] == "Succeeded" and row[3] == str(epochs - 1), table
     assert row[4].startswith("checkpoint_") or row[4] != "<none>", table
 
-    # The driver pod got the chart's defaults.driver.resources.
+    # The driver pod got its spec.ray.driver.resources (not the chart's default).
     [driver] = cluster.pods(namespace)[f"{JOB}-driver"].spec.containers
-    assert driver.resources.requests == DRIVER_RESOURCES, driver.resources
+    assert driver.resources.requests == DATA_DRIVER_RESOURCES, driver.resources
     # The driver ran DDP over gloo in its own container; the pool and workers were real pods.
     driver_log = cluster.node.kubectl("logs", "-n", namespace, f"{JOB}-driver").stdout
     assert "gloo" in driver_log, driver_log[-3000:]
@@ -757,6 +776,9 @@ def deleting_the_trainjob_removes_every_child(scene: Scene) -> None:
     kinds = "pods,services,serviceaccounts,roles,rolebindings,secrets,networkpolicies"
     before = cluster.node.kubectl("get", kinds, "-n", namespace, "-l", selector, "-o", "name")
     assert f"pod/{JOB}-head" in before.stdout, before.stdout
+    # The driver pod got the chart's defaults.driver.resources.
+    [driver] = cluster.pods(namespace)[f"{JOB}-driver"].spec.containers
+    assert driver.resources.requests == DRIVER_RESOURCES, driver.resources
 
     cluster.node.kubectl("delete", "tj", JOB, "-n", namespace, "--timeout=300s", timeout=320)
 

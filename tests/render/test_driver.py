@@ -11,6 +11,7 @@ from trainjob_operator.api import parse_trainjob
 from trainjob_operator.render import (
     DRIVER_MANIFEST_ENV,
     SPEC_HASH_ANNOTATION,
+    RenderOptions,
     driver_manifest,
     driver_manifest_json,
     render_children,
@@ -160,6 +161,25 @@ def test_local_mode_driver_gets_worker_resources() -> None:
         "memory": "2Gi",
         "nvidia.com/gpu": "1",
     }
+
+
+def test_driver_resources_from_spec_ray_driver_before_the_operators_default() -> None:
+    sized = {"cpu": "500m", "memory": "4Gi"}
+    job = make_job(ray={"driver": {"resources": sized}})
+    options = RenderOptions(driver_resources={"cpu": "50m", "memory": "512Mi"})
+    assert container(render_driver_pod(job, uid=UID, options=options))["resources"] == {
+        "requests": sized,
+        "limits": sized,
+    }
+    # Local mode: the train function runs in the driver, sized as a worker first.
+    job = make_job(
+        ray={"driver": {"resources": sized}},
+        scaling={"numWorkers": 0, "resourcesPerWorker": {"cpu": "4", "memory": "8Gi"}},
+    )
+    limits = container(render_driver_pod(job, uid=UID))["resources"]["limits"]
+    assert limits == {"cpu": "4", "memory": "8Gi"}
+    job = make_job(ray={"driver": {"resources": sized}}, scaling={"numWorkers": 0})
+    assert container(render_driver_pod(job, uid=UID))["resources"]["limits"] == sized
 
 
 def test_driver_is_not_in_the_gang() -> None:

@@ -292,11 +292,17 @@ class FakeTpuCluster:
 
 def _start_fake_host(
     address: str, resources: dict[str, float], env: dict[str, str], log: Path
-) -> Any:
+) -> tuple[Any, int]:
+    """The ``ray start --block`` process of a fake TPU host, and its node manager port (how
+    ``ray.nodes()`` tells its node from the others)."""
     ray_bin = Path(sys.executable).with_name("ray")
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("TPU_", "MEGASCALE_"))}
+    ports = own_ray_port_flags()
+    [node_manager_port] = [
+        int(flag.split("=", 1)[1]) for flag in ports if flag.startswith("--node-manager-port=")
+    ]
     with log.open("wb") as out:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             [
                 str(ray_bin),
                 "start",
@@ -305,18 +311,19 @@ def _start_fake_host(
                 f"--resources={json.dumps(resources)}",
                 "--block",
                 "--disable-usage-stats",
-                *own_ray_port_flags(),
+                *ports,
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             env={**clean, **env},
         )
+    return proc, node_manager_port
 
 
 FAKE_HOST_STARTS = 3
-"""How many times a fake TPU host that exits before joining is started (each time with new
-ports) before the fixture gives up, showing its output."""
+"""How many times a fake TPU host that exits, or whose node the GCS declares dead, before all
+joined is started (each time with new ports) before the fixture gives up, showing its output."""
 
 
 def _fake_hosts() -> list[tuple[dict[str, float], dict[str, str]]]:
@@ -374,6 +381,7 @@ def fake_tpu_cluster(ray_cluster: Any) -> Iterator[FakeTpuCluster]:
     hosts = _fake_hosts()
     logs = Path(tempfile.mkdtemp(prefix="fake-tpu-hosts-"))
     procs: dict[int, Any] = {}  # host index -> its latest process
+    node_manager_ports: dict[int, int] = {}  # host index -> its latest node's port
     starts = [0] * len(hosts)
 
     def start(index: int) -> None:
@@ -384,7 +392,8 @@ def fake_tpu_cluster(ray_cluster: Any) -> Iterator[FakeTpuCluster]:
             starts[index] += 1
             log = logs / f"host-{index}-start-{starts[index]}.log"
             raylets, stores = node_sockets()
-            proc = procs[index] = _start_fake_host(address, *hosts[index], log)
+            proc, node_manager_ports[index] = _start_fake_host(address, *hosts[index], log)
+            procs[index] = proc
 
             def made_its_sockets_or_exited(
                 proc: Any = proc, raylets: int = raylets, stores: int = stores
@@ -407,7 +416,15 @@ def fake_tpu_cluster(ray_cluster: Any) -> Iterator[FakeTpuCluster]:
                 )
 
     def all_joined() -> bool:
+        # A host is started again when its process exited, and also when the GCS declared
+        # its node dead while ``ray start --block`` still runs (under load a raylet can miss
+        # its health checks; its process notices only later).
+        dead_ports = {n["NodeManagerPort"] for n in ray.nodes() if not n["Alive"]}
         for index, proc in list(procs.items()):
+            if proc.poll() is None and node_manager_ports[index] in dead_ports:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
             if proc.poll() is not None:
                 start(index)
         return [len(v) for v in members().values()] == [4, 4, 1]

@@ -38,6 +38,7 @@ __all__ = [
     "PodConditionPattern",
     "RayConfig",
     "RayDashboardConfig",
+    "RayDriverConfig",
     "RayHeadConfig",
     "RestartBackoff",
     "RuntimeEnvConfig",
@@ -699,9 +700,25 @@ class FailureConfig(ApiModel):
 
 
 class RayHeadConfig(ApiModel):
-    """The Ray head pod (it runs the driver)."""
+    """The Ray head pod (the cluster's GCS; it runs no user code)."""
 
     resources: ResourceMap = Field(default_factory=dict, description="Resources of the head pod.")
+
+
+class RayDriverConfig(ApiModel):
+    """The driver pod: it runs the trainer (and a Ray node), the datasets function of
+    ``spec.data`` and Ray Data's split coordinators."""
+
+    resources: ResourceMap = Field(
+        default_factory=dict,
+        description=(
+            "Resources of the driver pod; empty: the operator's default (the chart's "
+            "defaults.driver.resources). Raise its memory for spec.data datasets built from "
+            "in-memory rows (ray.data.from_items, from_pandas): they live in the driver "
+            "node's object store. In local mode (numWorkers: 0) scaling.resourcesPerWorker "
+            "comes first."
+        ),
+    )
 
 
 class RayDashboardConfig(ApiModel):
@@ -721,6 +738,7 @@ class RayConfig(ApiModel):
 
     version: str = Field(default=DEFAULT_RAY_VERSION, description="Ray version of the image.")
     head: RayHeadConfig = Field(default_factory=RayHeadConfig, description="The head pod.")
+    driver: RayDriverConfig = Field(default_factory=RayDriverConfig, description="The driver pod.")
     dashboard: RayDashboardConfig = Field(
         default_factory=RayDashboardConfig, description="The Ray dashboard (opt-in Service)."
     )

@@ -295,15 +295,6 @@ def run_command(args: argparse.Namespace) -> int:
         workers=plan.num_workers,
         score_attribute=score_attribute,
     )
-    trainer = None
-    if plan.num_workers == 0 or plan.datasets_fn is None:
-        try:
-            trainer = build_trainer(plan, [tracker, display])
-        except ValueError as exc:
-            print(f"{args.manifest}: {exc}", file=sys.stderr)
-            return EXIT_INVALID
-    # else: built once Ray runs (in _run), because the datasets function needs it
-    # (ray.data.from_items puts its rows in Ray's object store, which would start a second Ray).
     log_handler = DisplayLogHandler(display, logging.INFO if verbose else logging.WARNING)
     root = logging.getLogger()
     root.addHandler(log_handler)
@@ -312,7 +303,7 @@ def run_command(args: argparse.Namespace) -> int:
         logging.getLogger(name).setLevel(logging.INFO if verbose else logging.WARNING)
     logging.captureWarnings(True)  # Python warnings too go through the display
     try:
-        return _run(job, plan, trainer, tracker, display, verbose, args.output, out, args.manifest)
+        return _run(job, plan, tracker, display, verbose, args.output, out, args.manifest)
     finally:
         display.stop()
         logging.captureWarnings(False)
@@ -322,7 +313,6 @@ def run_command(args: argparse.Namespace) -> int:
 def _run(
     job: Any,
     plan: RunPlan,
-    trainer: Any,
     tracker: StatusTracker,
     display: ProgressDisplay,
     verbose: bool,
@@ -330,7 +320,12 @@ def _run(
     out: TextIO,
     manifest: str,
 ) -> int:
-    """Start Ray (for Ray workers), build the trainer when ``trainer`` is None, fit, report."""
+    """Start Ray (for Ray workers), build the trainer, fit, report.
+
+    The trainer is built once Ray runs: the datasets function of ``spec.data`` may put rows in
+    Ray's object store (``ray.data.from_items``), and called before Ray runs it would start a
+    second Ray. A ``ValueError`` building it (what the datasets function returned, named)
+    exits 2."""
     mode = "in this process" if plan.num_workers == 0 else f"{plan.num_workers} Ray worker(s)"
     display.message(
         f"TrainJob {job.metadata.name}: {job.spec.entrypoint} on {mode}, storage "
@@ -344,12 +339,11 @@ def _run(
     try:
         if plan.num_workers > 0:
             sink = _start_ray(plan, display, verbose)
-        if trainer is None:
-            try:
-                trainer = build_trainer(plan, [tracker, display])
-            except ValueError as exc:  # what the datasets function returned, named
-                invalid = exc
-        if trainer is not None:
+        try:
+            trainer = build_trainer(plan, [tracker, display])
+        except ValueError as exc:
+            invalid = exc
+        else:
             trainer.fit()
     except TrainerRuntimeError as exc:  # TrainingFailedError, and any error the runtime names
         error = exc

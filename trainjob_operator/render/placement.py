@@ -200,13 +200,14 @@ def _cpu_pool_placement(
 
 
 def driver_placement(ctx: RenderContext) -> Placement:
-    """The driver: ``options.driver_resources``, or in local mode (``numWorkers: 0``, the train
-    function runs in the driver) ``resourcesPerWorker`` plus a GPU for ``useGpu``."""
+    """The driver: ``spec.ray.driver.resources`` or ``options.driver_resources``; in local
+    mode (``numWorkers: 0``, the train function runs in the driver) ``resourcesPerWorker``
+    first, plus a GPU for ``useGpu``."""
     scaling = ctx.job.spec.scaling
+    configured = dict(ctx.job.spec.ray.driver.resources or ctx.options.driver_resources)
     if scaling.num_workers > 0:
-        return Placement(resources=dict(ctx.options.driver_resources))
-    resources: dict[str, int | str] = dict(scaling.resources_per_worker or {})
-    resources = resources or dict(ctx.options.driver_resources)
+        return Placement(resources=configured)
+    resources: dict[str, int | str] = dict(scaling.resources_per_worker or {}) or configured
     if scaling.use_gpu and GPU_RESOURCE not in resources:
         resources[GPU_RESOURCE] = 1
     return Placement(resources=resources)
