@@ -21,6 +21,7 @@ from trainer_runtime.config import (
     RunConfig,
     ScalingConfig,
     ValidationConfig,
+    ValidationFn,
     ValidationTaskConfig,
 )
 from trainer_runtime.context import StorageInfo, TrainContext
@@ -215,6 +216,7 @@ __all__ = [
     "UserCallback",
     "UserConfigError",
     "ValidationConfig",
+    "ValidationFn",
     "ValidationTaskConfig",
     "WorkerGroupError",
     "get_all_reported_checkpoints",

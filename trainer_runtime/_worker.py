@@ -25,27 +25,43 @@ from trainer_runtime.data_config import install_data_context
 from trainer_runtime.preemption import install_sigterm_handler
 
 
-def call_train_fn(fn: Callable[..., Any], config: dict[str, Any] | None) -> Any:
-    """Call ``fn()`` or ``fn(config)`` depending on its signature (as Ray Train does)."""
+def count_required_parameters(fn: Callable[..., Any]) -> int:
+    """The positional parameters of ``fn`` without a default (``*args`` counts), as Ray Train
+    counts them: ``f(config, epochs=10)`` takes one, ``partial(f, a=0)`` of ``f(config, a)``
+    one."""
+    params = inspect.signature(fn).parameters.values()
+    positional = (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.VAR_POSITIONAL,
+    )
+    return sum(1 for p in params if p.default is inspect.Parameter.empty and p.kind in positional)
+
+
+def check_train_fn_signature(fn: Callable[..., Any]) -> None:
+    """Refuse a train function of more than one required argument, with Ray Train's message
+    (``fit()`` raises it, as in Ray)."""
     try:
-        params = inspect.signature(fn).parameters
+        required = count_required_parameters(fn)
+    except (TypeError, ValueError):  # no signature (some builtins): called with the config
+        return
+    if required > 1:
+        raise ValueError(
+            "train_loop_per_worker should take in 0 or 1 required arguments, but it accepts "
+            f"{required} required arguments instead."
+        )
+
+
+def call_train_fn(fn: Callable[..., Any], config: dict[str, Any] | None) -> Any:
+    """``fn(config or {})`` when it has one required argument, else ``fn()`` (Ray Train's
+    rule: a config given to a function that requires none is not passed)."""
+    try:
+        required = count_required_parameters(fn)
     except (TypeError, ValueError):
         return fn(config or {})
-    required = [
-        p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ]
-    if len(required) > 1:
-        raise TypeError(
-            f"the train function {getattr(fn, '__name__', fn)!r} must take zero arguments or "
-            f"one (the train_loop_config dict), but it takes {len(required)}"
-        )
-    if required or any(p.kind is p.VAR_POSITIONAL for p in params.values()):
+    check_train_fn_signature(fn)
+    if required == 1:
         return fn(config or {})
-    if config:
-        raise TypeError(
-            f"train_loop_config was given but {getattr(fn, '__name__', fn)!r} takes no argument; "
-            "add a `config` parameter"
-        )
     return fn()
 
 

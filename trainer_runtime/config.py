@@ -11,7 +11,7 @@ import datetime as _dt
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from trainer_runtime.callbacks import Callback, UserCallback
 from trainer_runtime.checkpoint import CheckpointUploadMode
@@ -85,9 +85,11 @@ class ScalingConfig:
     def __post_init__(self) -> None:
         self._check_num_workers()
         if self.use_gpu and self.use_tpu:
-            raise ValueError(
-                "ScalingConfig: use_gpu and use_tpu are mutually exclusive; set only one"
+            raise ValueError(  # Ray Train 2.60's sentence first
+                "Cannot specify both `use_gpu=True` and `use_tpu=True`. ScalingConfig: "
+                "use_gpu and use_tpu are mutually exclusive; set only one"
             )
+        self._check_accelerator_resources()
         if self.placement_strategy not in _PLACEMENT_STRATEGIES:
             raise ValueError(
                 f"ScalingConfig.placement_strategy={self.placement_strategy!r} is not valid; "
@@ -134,11 +136,12 @@ class ScalingConfig:
                     "slices to function correctly."
                 )
         else:
+            # accelerator_type without TPUs is Ray's: the workers' nodes must have that
+            # accelerator (e.g. "A100"), asked for as a sliver of ``accelerator_type:<type>``.
             given = [
                 name
                 for name, value in (
                     ("topology", self.topology),
-                    ("accelerator_type", self.accelerator_type),
                     ("num_slices", self.num_slices if self.num_slices > 1 else None),
                 )
                 if value is not None
@@ -150,6 +153,23 @@ class ScalingConfig:
                 )
             self.num_slices = 1
         self._check_label_selector()
+
+    def _check_accelerator_resources(self) -> None:
+        """Ray Train 2.60's checks of ``GPU`` and ``TPU`` in ``resources_per_worker`` against
+        ``use_gpu`` and ``use_tpu``, with its sentences."""
+        if not self.resources_per_worker:
+            return
+        for name, flag in (("GPU", self.use_gpu), ("TPU", self.use_tpu)):
+            count = sum(
+                value for key, value in self.resources_per_worker.items() if key.upper() == name
+            )
+            if not flag and count > 0:
+                attr = f"use_{name.lower()}"
+                raise ValueError(
+                    f"`{attr}` is False but `{name}` was found in `resources_per_worker`. "
+                    f"Either set `{attr}` to True or remove `{name}` from "
+                    "`resources_per_worker."
+                )
 
     def _check_num_workers(self) -> None:
         """Ray Train 2.60's checks of ``num_workers`` (an int, or ``(min, max)``) and of
@@ -303,8 +323,11 @@ class ScalingConfig:
             }
         else:
             resources = {"CPU": 1.0}
-        if self.use_gpu:
-            resources.setdefault("GPU", 1.0)
+        if self.use_gpu and not resources.get("GPU"):  # as Ray: GPU 0 with use_gpu asks 1
+            resources["GPU"] = 1.0
+        if self.accelerator_type and not self.use_tpu:
+            # Ray's constraint resource: any node with that accelerator advertises 1 of it.
+            resources.setdefault(f"accelerator_type:{self.accelerator_type}", 0.001)
         if self.use_tpu:  # a single TPU host, as Ray Train: {"TPU": 1} unless given
             resources = {k: v for k, v in resources.items() if k.upper() != "TPU"} | {
                 "TPU": float(
@@ -426,6 +449,13 @@ class FailureConfig:
             return 0.0
         exponent = min(failures_in_a_row - 1, 30)
         return float(min(self.max_restart_backoff_s, self.restart_backoff_s * 2**exponent))
+
+
+class ValidationFn(Protocol):
+    """What ``ValidationConfig.fn`` is (Ray Train's ``ValidationFn``): called with the
+    checkpoint and the task's keyword arguments, it returns the validation metrics."""
+
+    def __call__(self, checkpoint: Any, **kwargs: Any) -> dict[str, Any]: ...
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +16,25 @@ from trainer_runtime.storage import (
     split_query_uri,
     validate_storage_uri,
 )
+
+
+def metric_value(metric: str, metrics: Mapping[str, Any]) -> Any:
+    """``metrics[metric]``, else the nested value ``metric`` names with ``/`` between keys
+    (list indices as numbers), as Ray's ``unflattened_lookup``; None when absent."""
+    if metric in metrics:
+        return metrics[metric]
+    value: Any = metrics
+    for key in metric.split("/"):
+        try:
+            if isinstance(value, Mapping):
+                value = value[key]
+            elif isinstance(value, Sequence) and not isinstance(value, str):
+                value = value[int(key)]
+            else:
+                return None
+        except (KeyError, IndexError, ValueError):
+            return None
+    return value
 
 
 @dataclass
@@ -57,6 +77,17 @@ class Result:
         ``storage_filesystem``, else the one its URI names (``LocalFileSystem`` for a folder)."""
         return pyarrow_filesystem(self.path, self._storage_filesystem)
 
+    @property
+    def metrics_dataframe(self) -> Any:
+        """Ray Train's ``Result.metrics_dataframe``: a ``pandas.DataFrame`` with one row per
+        checkpoint of :attr:`best_checkpoints` (its metrics), in their order; None when there
+        is none."""
+        if not self.best_checkpoints:
+            return None
+        import pandas as pd
+
+        return pd.DataFrame([metrics for _, metrics in self.best_checkpoints])
+
     def checkpoint_status(self, checkpoint: Checkpoint) -> str | None:
         """The status of a kept checkpoint (``committed``, ``validated``, ...)."""
         return next((r.status for r in self.checkpoints if r.path == checkpoint.path), None)
@@ -64,17 +95,18 @@ class Result:
     def get_best_checkpoint(self, metric: str, mode: str) -> Checkpoint | None:
         """The checkpoint of ``best_checkpoints`` with the best ``metric`` (as Ray Train's).
 
-        Checkpoints without the metric are left out. RuntimeError when there is no
+        ``metric`` may name a nested value as Ray's does (``"val/loss"`` is
+        ``metrics["val"]["loss"]`` unless ``"val/loss"`` is a key itself). Checkpoints without
+        the metric are left out. RuntimeError when there is no
         checkpoint or none has the metric; ValueError for a ``mode`` other than max/min.
         """
         if not self.best_checkpoints:
             raise RuntimeError("No checkpoint exists in the trial directory!")
         if mode not in ("max", "min"):
             raise ValueError(f'Unsupported mode: {mode}. Please choose from ["min", "max"]!')
+        values = [(c, metric_value(metric, m)) for c, m in self.best_checkpoints]
         scored = [
-            (c, m[metric])
-            for c, m in self.best_checkpoints
-            if isinstance(m.get(metric), int | float) and not isinstance(m.get(metric), bool)
+            (c, v) for c, v in values if isinstance(v, int | float) and not isinstance(v, bool)
         ]
         if not scored:
             raise RuntimeError(
@@ -113,9 +145,10 @@ class Result:
                     f"Experiment folder {uri} doesn't exist. No run found there: pass the run "
                     "folder, RunConfig.storage_path/RunConfig.name"
                 )
-            raise RuntimeError(
-                f"no run found at {uri}: it holds neither a checkpoint manifest nor committed "
-                "checkpoints (pass the run folder: RunConfig.storage_path/RunConfig.name)"
+            raise RuntimeError(  # Ray Train's opening words, then ours
+                f"Failed to restore the Result object: no run found at {uri}: it holds "
+                "neither a checkpoint manifest nor committed checkpoints (pass the run "
+                "folder: RunConfig.storage_path/RunConfig.name)"
             )
         latest = manager.latest
         best = manager.best()

@@ -8,6 +8,7 @@ from typing import Any
 
 from trainer_runtime._controller import RayController, RunSpec
 from trainer_runtime._local import LocalController, local_ranks
+from trainer_runtime._worker import check_train_fn_signature
 from trainer_runtime.backend import Backend
 from trainer_runtime.config import RunConfig, ScalingConfig, ValidationConfig
 from trainer_runtime.data_config import DataConfig, GenDataset, check_datasets
@@ -88,7 +89,12 @@ class DataParallelTrainer:
         )
 
     def fit(self) -> Result:
-        """Run training to completion (resuming from the run folder's latest checkpoint)."""
+        """Run training to completion (resuming from the run folder's latest checkpoint).
+
+        Raises:
+            ValueError: a train function of more than one required argument (Ray's message).
+        """
+        check_train_fn_signature(self.train_loop_per_worker)
         spec = self._spec()
         if self.scaling_config.local_mode:
             world = local_ranks().world_size

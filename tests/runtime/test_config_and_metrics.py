@@ -23,12 +23,13 @@ from trainer_runtime.errors import ReportError
 def test_scaling_config_errors() -> None:
     with pytest.raises(ValueError, match="num_workers must be >= 0"):
         ScalingConfig(num_workers=-1)
-    with pytest.raises(ValueError, match="mutually exclusive"):
+    with pytest.raises(ValueError, match=r"Cannot specify both.*mutually exclusive"):
         ScalingConfig(use_gpu=True, use_tpu=True)
     with pytest.raises(ValueError, match="PACK, SPREAD"):
         ScalingConfig(placement_strategy="ANYWHERE")
     assert ScalingConfig(num_workers=2, use_gpu=True).worker_resources() == {"CPU": 1.0, "GPU": 1.0}
-    assert ScalingConfig(resources_per_worker={"cpu": 2, "TPU": 4}).worker_resources() == {
+    tpu_host = ScalingConfig(use_tpu=True, resources_per_worker={"cpu": 2, "TPU": 4})
+    assert tpu_host.worker_resources() == {
         "CPU": 2,
         "TPU": 4,
     }

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
+from torch.utils.data import (
+    DataLoader,
+    DistributedSampler,
+    IterableDataset,
+    RandomSampler,
+    SequentialSampler,
+)
 
 from trainer_runtime import _session
+
+logger = logging.getLogger(__name__)
 
 
 def _world() -> tuple[int, int, int]:
@@ -32,12 +41,13 @@ def get_device() -> torch.device:
 
 def prepare_model(
     model: torch.nn.Module,
-    move_to_device: bool = True,
+    move_to_device: bool | torch.device = True,
     parallel_strategy: str | None = "ddp",
     parallel_strategy_kwargs: dict[str, Any] | None = None,
 ) -> torch.nn.Module:
-    """Move ``model`` to this worker's device and wrap it in DDP when there are several workers."""
-    device = get_device()
+    """Move ``model`` to this worker's device (or to ``move_to_device`` when it is a
+    ``torch.device``, as in Ray Train) and wrap it in DDP when there are several workers."""
+    device = move_to_device if isinstance(move_to_device, torch.device) else get_device()
     if move_to_device:
         model = model.to(device)
     _, world_size, _ = _world()
@@ -59,12 +69,15 @@ def prepare_model(
 
 
 class _DeviceLoader:
-    """Wraps a DataLoader: advances the sampler's epoch per pass, moves batches to the device."""
+    """Wraps a DataLoader: advances the sampler's epoch per pass (until the user calls
+    ``sampler.set_epoch`` themselves, as Ray Train's docs ask), moves batches to the device."""
 
     def __init__(self, loader: DataLoader[Any], device: torch.device | None) -> None:
         self._loader = loader
         self._device = device
         self._epoch = 0
+        self._epoch_set: int | None = None  # what this wrapper last set on the sampler
+        self._user_sets_epoch = False
 
     def __len__(self) -> int:
         return len(self._loader)
@@ -85,26 +98,48 @@ class _DeviceLoader:
 
     def __iter__(self) -> Iterator[Any]:
         sampler = self._loader.sampler
-        if isinstance(sampler, DistributedSampler):
-            sampler.set_epoch(self._epoch)
+        if isinstance(sampler, DistributedSampler) and not self._user_sets_epoch:
+            if self._epoch_set is not None and sampler.epoch != self._epoch_set:
+                self._user_sets_epoch = True  # the user's set_epoch wins from now on
+            else:
+                sampler.set_epoch(self._epoch)
+                self._epoch_set = self._epoch
         self._epoch += 1
         for batch in self._loader:
             yield self._move(batch)
 
 
 def prepare_data_loader(
-    data_loader: DataLoader[Any], add_dist_sampler: bool = True, move_to_device: bool = True
+    data_loader: DataLoader[Any],
+    add_dist_sampler: bool = True,
+    move_to_device: bool = True,
+    auto_transfer: bool = True,
 ) -> Any:
     """Shard ``data_loader`` across workers with a DistributedSampler; move batches to device.
 
-    Shuffling is kept when the original loader shuffled. Each pass over the
-    returned loader advances the sampler's epoch, so shuffles differ per epoch.
+    As Ray Train: no sampler is added to a loader over an ``IterableDataset`` (it shards
+    itself) or one that has a DistributedSampler already; the new sampler shuffles unless the
+    loader read in order (a ``SequentialSampler``), and a custom sampler is replaced with a
+    warning. Each pass over the returned loader advances the sampler's epoch, so shuffles
+    differ per epoch, until the train function calls ``sampler.set_epoch`` itself.
+    ``auto_transfer`` is accepted for Ray's signature: batches are moved with
+    ``non_blocking=True`` either way (Ray copies on a second CUDA stream).
     """
-    _, world_size, _ = _world()
+    rank, world_size, _ = _world()
     loader = data_loader
-    if add_dist_sampler and world_size > 1 and not isinstance(loader.sampler, DistributedSampler):
-        shuffle = isinstance(loader.sampler, RandomSampler)
-        rank = _world()[0]
+    if (
+        add_dist_sampler
+        and world_size > 1
+        and not isinstance(loader.sampler, DistributedSampler)
+        and not isinstance(loader.dataset, IterableDataset)
+    ):
+        shuffle = not isinstance(loader.sampler, SequentialSampler)
+        if not isinstance(loader.sampler, SequentialSampler | RandomSampler) and rank == 0:
+            logger.warning(
+                "The %s will be overwritten with a DistributedSampler. You can disable this "
+                "by setting `add_dist_sampler` to False in `prepare_data_loader`.",
+                type(loader.sampler).__name__,
+            )
         sampler: DistributedSampler[Any] = DistributedSampler(
             loader.dataset, num_replicas=world_size, rank=rank, shuffle=shuffle
         )
@@ -118,6 +153,7 @@ def prepare_data_loader(
             drop_last=loader.drop_last,
             timeout=loader.timeout,
             worker_init_fn=loader.worker_init_fn,
+            generator=loader.generator,
             persistent_workers=loader.persistent_workers,
         )
     device = get_device() if move_to_device else None
