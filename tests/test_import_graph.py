@@ -313,6 +313,7 @@ LAZY_ALLOWED = (
     "jaxlib",
     "numpy",
     "pyarrow",
+    "pandas",  # Result.metrics_dataframe only
     "google",
     "google_crc32c",  # google-cloud-storage's checksum library (the GCS download's check)
     "requests",

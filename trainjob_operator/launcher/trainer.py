@@ -333,7 +333,7 @@ def build_trainer(plan: RunPlan, callbacks: list[Callback], *, forward_env: bool
             if interval is not None
             else ScalingConfig.elastic_resize_monitor_interval_s
         ),
-        use_gpu=spec.scaling.use_gpu,
+        use_gpu=spec.scaling.use_gpu or plan.worker_gpus > 0,  # GPUs asked: Ray needs use_gpu
         resources_per_worker=resources,
         use_tpu=tpu is not None,
         accelerator_type=tpu.accelerator_type if tpu is not None else None,
