@@ -271,7 +271,7 @@ RUNTIME_LAYERS: tuple[tuple[str, ...], ...] = (
 #: The operator package's parts, lowest first (the launcher sits beside the renderers: it uses
 #: the API, the constants and the REST client, see LAUNCHER_MAY_IMPORT).
 OPERATOR_LAYERS: tuple[tuple[str, ...], ...] = (
-    ("constants", "tpu_topology"),
+    ("constants", "tpu_topology", "memory_trim"),
     ("api",),
     ("kube",),
     ("render", "launcher"),

@@ -71,6 +71,7 @@ from trainjob_operator.leader import (
     elector_from_args,
     run_with_leader_election,
 )
+from trainjob_operator.memory_trim import QuietTrimmer
 from trainjob_operator.pod_watch import pod_watches
 from trainjob_operator.reconcile.apply import Renderer, reconcile_trainjob
 from trainjob_operator.reconcile.fingerprint import trainjob_fingerprint
@@ -306,6 +307,16 @@ async def run_timers(
         await asyncio.sleep(schedule.sleep_time(loop.time()))
 
 
+async def run_memory_trims(operator: Operator, every_s: float = 10.0) -> None:
+    """Give a burst's freed memory back once no reconcile ran for
+    :data:`~trainjob_operator.memory_trim.QUIET_SECONDS` (checked every ``every_s``), until
+    cancelled."""
+    trimmer = QuietTrimmer(lambda: operator.reconciles_run)
+    while True:
+        await asyncio.sleep(every_s)
+        trimmer.check()
+
+
 class Operator:
     """Holds the API client and renderer the handlers share."""
 
@@ -326,6 +337,9 @@ class Operator:
         #: the pool the handlers run reconciles on (kopf's, set by :func:`run_operator`; None:
         #: the event loop's default)
         self.executor: concurrent.futures.Executor | None = None
+        #: reconciles run so far (what :class:`~trainjob_operator.memory_trim.QuietTrimmer`
+        #: watches to give a burst's memory back once quiet)
+        self.reconciles_run = 0
 
     def _state(self, key: JobKey) -> JobState:
         """``key``'s state, created when absent (call with ``_lock`` held, then :meth:`_tidy`)."""
@@ -511,6 +525,7 @@ class Operator:
         body: dict[str, Any] | None,
     ) -> None:
         RECONCILES.labels(trigger).inc()
+        self.reconciles_run += 1  # threads may lose an increment: only a change is read
         key = (namespace, name)
         start = time.perf_counter()
         started = time.monotonic()
@@ -732,6 +747,7 @@ def run_operator(
 
     async def main() -> None:
         timers = asyncio.create_task(run_timers(operator, schedule, executor))
+        trims = asyncio.create_task(run_memory_trims(operator))
         selector = ",".join(f"{k}={v}" for k, v in MANAGED.items())
         try:
             async with pod_watches(
@@ -755,9 +771,10 @@ def run_operator(
                     liveness_endpoint=liveness_endpoint,
                 )
         finally:
-            timers.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await timers
+            for task in (timers, trims):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             if stop_flag is not None:
                 # kopf waits on a threading.Event in the loop's default executor; when kopf
                 # stopped on its own (SIGTERM) nobody set it, and asyncio.run's shutdown then
@@ -865,6 +882,7 @@ __all__ = [
     "configure_logging",
     "operator_command",
     "register",
+    "run_memory_trims",
     "run_operator",
     "run_timers",
     "start_metrics_server",
