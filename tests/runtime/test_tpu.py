@@ -321,9 +321,9 @@ def _start_fake_host(
     return proc, node_manager_port
 
 
-FAKE_HOST_STARTS = 3
-"""How many times a fake TPU host that exits, or whose node the GCS declares dead, before all
-joined is started (each time with new ports) before the fixture gives up, showing its output."""
+FAKE_HOST_STARTS = 4
+"""How many times a fake TPU host that exits before its node joined is started (each time with
+new ports) before the fixture gives up, showing its output."""
 
 
 def _fake_hosts() -> list[tuple[dict[str, float], dict[str, str]]]:
@@ -353,10 +353,10 @@ def _fake_hosts() -> list[tuple[dict[str, float], dict[str, str]]]:
 def fake_tpu_cluster(ray_cluster: Any) -> Iterator[FakeTpuCluster]:
     """Nine FAKE TPU hosts joined to the test cluster: slices slice-a, slice-b and single-c.
 
-    Each has ports of its own, and each starts once the one before has made its sockets
-    (Ray names a node's sockets in the session folder by the first free index, so two
-    ``ray start`` at the same moment take the same name and one crashes), without waiting for
-    it to join.
+    Each has ports of its own, and each starts once the one before has joined (Ray names a
+    node's sockets in the session folder by the first free index, so two ``ray start`` at the
+    same moment take the same name and one crashes; and registrations at once overload the
+    GCS under load).
     """
     ray = ray_cluster
     address = ray.get_runtime_context().gcs_address
@@ -369,43 +369,36 @@ def fake_tpu_cluster(ray_cluster: Any) -> Iterator[FakeTpuCluster]:
             out[name] = [n["NodeID"] for n in heads + [n for n in nodes if n not in heads]]
         return out
 
-    sockets = Path(ray._private.worker.global_worker.node.get_session_dir_path(), "sockets")
-
-    def node_sockets() -> tuple[int, int]:
-        """How many raylet and plasma store sockets the session folder has."""
-        names = [p.name for p in sockets.iterdir()]
-        return sum(n.startswith("raylet") for n in names), sum(
-            n.startswith("plasma_store") for n in names
-        )
-
     hosts = _fake_hosts()
     logs = Path(tempfile.mkdtemp(prefix="fake-tpu-hosts-"))
     procs: dict[int, Any] = {}  # host index -> its latest process
     node_manager_ports: dict[int, int] = {}  # host index -> its latest node's port
     starts = [0] * len(hosts)
 
+    def joined(port: int) -> bool:
+        return any(n["Alive"] and n["NodeManagerPort"] == port for n in ray.nodes())
+
     def start(index: int) -> None:
-        """Start host ``index`` and wait until it made its sockets; one that exits first (a
-        port another process took between our pick and its bind, on a busy machine) is
-        started again, with new ports, up to :data:`FAKE_HOST_STARTS` times."""
+        """Start host ``index`` and wait until its node joined the cluster, so that the
+        next host starts only then: under load (the empty-cache run's builds beside it) nine
+        registrations at once overloaded the GCS, and Ray gives a node 30 s to register
+        before its ``ray start`` exits ("The current node timed out during startup"). A host
+        that exits first (that timeout, or a port another process took between our pick and
+        its bind) is started again, with new ports, up to :data:`FAKE_HOST_STARTS` times."""
         while True:
             starts[index] += 1
             log = logs / f"host-{index}-start-{starts[index]}.log"
-            raylets, stores = node_sockets()
-            proc, node_manager_ports[index] = _start_fake_host(address, *hosts[index], log)
-            procs[index] = proc
+            proc, port = _start_fake_host(address, *hosts[index], log)
+            procs[index], node_manager_ports[index] = proc, port
 
-            def made_its_sockets_or_exited(
-                proc: Any = proc, raylets: int = raylets, stores: int = stores
-            ) -> bool:
-                now = node_sockets()
-                return proc.poll() is not None or (now[0] > raylets and now[1] > stores)
+            def joined_or_exited(proc: Any = proc, port: int = port) -> bool:
+                return proc.poll() is not None or joined(port)
 
             wait_for(
-                f"fake TPU host {hosts[index][0]} made its sockets",
-                made_its_sockets_or_exited,
+                f"fake TPU host {hosts[index][0]} joined",
+                joined_or_exited,
                 timeout=120,
-                every=0.1,
+                every=0.2,
             )
             if proc.poll() is None:
                 return
