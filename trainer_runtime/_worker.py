@@ -46,10 +46,14 @@ def check_train_fn_signature(fn: Callable[..., Any]) -> None:
     except (TypeError, ValueError):  # no signature (some builtins): called with the config
         return
     if required > 1:
-        raise ValueError(
-            "train_loop_per_worker should take in 0 or 1 required arguments, but it accepts "
-            f"{required} required arguments instead."
-        )
+        raise _too_many_required(required)
+
+
+def _too_many_required(required: int) -> ValueError:
+    return ValueError(
+        "train_loop_per_worker should take in 0 or 1 required arguments, but it accepts "
+        f"{required} required arguments instead."
+    )
 
 
 def call_train_fn(fn: Callable[..., Any], config: dict[str, Any] | None) -> Any:
@@ -59,7 +63,8 @@ def call_train_fn(fn: Callable[..., Any], config: dict[str, Any] | None) -> Any:
         required = count_required_parameters(fn)
     except (TypeError, ValueError):
         return fn(config or {})
-    check_train_fn_signature(fn)
+    if required > 1:
+        raise _too_many_required(required)
     if required == 1:
         return fn(config or {})
     return fn()
